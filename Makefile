@@ -1,0 +1,50 @@
+# The two commands of the README:
+#   make dev   - set everything up, serve the chat app on http://$(HOST):$(PORT) (embedded storage, demo model)
+#   make test  - set everything up, run every check and the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# A second interpreter for the suite (the code supports 3.11 and 3.12); skipped if absent.
+PYTHON312 ?= $(shell command -v python3.12 2>/dev/null || ls $(HOME)/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -n 1)
+
+.PHONY: dev test setup node-setup lint typecheck test-python test-python312 test-node clean
+
+dev: setup
+	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
+
+test: setup node-setup lint typecheck test-python test-node test-python312
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+node-setup: tests/node/node_modules/.installed
+
+tests/node/node_modules/.installed: tests/node/package.json tests/node/package-lock.json
+	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check layers functions tests bench
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+test-python: setup
+	$(VENV)/bin/pytest -q
+
+test-node: setup node-setup
+	cd tests/node && PYTHON=$(CURDIR)/$(PY) npm test
+
+test-python312:
+	@if [ -z "$(PYTHON312)" ]; then echo "python3.12 not found; skipping the 3.12 run"; else \
+	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && .venv312/bin/pytest -q -p no:cacheprovider; fi
+
+clean:
+	rm -rf .venv .venv312 .data tests/node/node_modules .pytest_cache .mypy_cache .ruff_cache

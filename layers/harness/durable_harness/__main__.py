@@ -1,0 +1,5 @@
+"""``python -m durable_harness``: the command line."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,67 @@
+"""Command line: ``durable-harness serve`` runs the chat app locally with embedded storage."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from .agent.protocol import HarnessWorkflowAgent
+
+DEFAULT_AGENT = "durable_harness.demo:build_demo_agent"
+
+
+def load_agent(spec: str, **kwargs: Any) -> HarnessWorkflowAgent:
+    """The agent named by ``"module:attribute"`` (called if it is a factory)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise SystemExit(f"--agent must look like 'package.module:name', got {spec!r}")
+    try:
+        target = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"cannot load agent {spec!r}: {exc}") from exc
+    agent = target(**kwargs) if callable(target) and not hasattr(target, "stream") else target
+    if not isinstance(agent, HarnessWorkflowAgent):
+        raise SystemExit(f"{spec!r} is not an agent (it needs stream, continue_stream, create_session, ...)")
+    return agent
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from .server.local import build_local_kit
+
+    extra = {"delay": args.demo_delay} if args.agent == DEFAULT_AGENT else {}
+    agent = load_agent(args.agent, **extra)
+    kit = build_local_kit(agent, args.data_dir, slice_seconds=args.slice_seconds)
+    url = f"http://{args.host}:{args.port}"
+    print(f"durable-harness: chat app on {url}  (data in {args.data_dir}, agent {args.agent})", flush=True)
+    question = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "What is the weather in Paris?"}]}
+    print(f"  try: curl -N {url}/api/chat -d '{json.dumps({'messages': [question]})}'", flush=True)
+    uvicorn.run(kit.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``durable-harness`` command."""
+    parser = argparse.ArgumentParser(prog="durable-harness", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the chat app with embedded storage")
+    serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    serve.add_argument("--data-dir", default=os.environ.get("DATA_DIR", ".data"))
+    serve.add_argument("--agent", default=os.environ.get("AGENT", DEFAULT_AGENT), help="module:attribute")
+    serve.add_argument("--slice-seconds", type=float, default=float(os.environ.get("SLICE_SECONDS", "600")))
+    serve.add_argument("--demo-delay", type=float, default=float(os.environ.get("DEMO_DELAY", "0.03")))
+    serve.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        _serve(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,97 @@
+"""Every error the library raises, at the bottom of the import graph.
+
+Two families matter to whoever drives a slice:
+
+* :class:`RetryableError` -- transient trouble (a throttled store, a dropped connection, a crash
+  injected by a test). The orchestrator retries the slice from its last checkpoint.
+* :class:`FatalError` -- retrying cannot help (bad input, a fenced-off writer, a run that does not
+  exist). The slice stops; a run that cannot go on is finalized as failed.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base class of every error raised by ``durable_harness``."""
+
+
+class RetryableError(HarnessError):
+    """Transient failure: run the slice again from the last checkpoint."""
+
+
+class FatalError(HarnessError):
+    """Permanent failure: running the same work again gives the same error."""
+
+
+# --- protocol -------------------------------------------------------------------------------------
+
+
+class ProtocolError(FatalError):
+    """A chunk, stream part or message does not follow the wire protocol."""
+
+
+class UnknownPartTypeError(ProtocolError):
+    """A JSON object names a ``type`` the protocol does not define."""
+
+
+# --- storage --------------------------------------------------------------------------------------
+
+
+class StorageError(RetryableError):
+    """A storage backend failed in a way that may succeed on retry."""
+
+
+class RunNotFoundError(FatalError):
+    """No run with this id exists."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} not found")
+        self.run_id = run_id
+
+
+class RunExistsError(FatalError):
+    """A run with this id was already created."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} already exists")
+        self.run_id = run_id
+
+
+class FencedError(FatalError):
+    """A writer holding a stale version or epoch tried to write; nothing was written.
+
+    Raised when a newer slice of the same run has claimed it. The stale slice must stop.
+    """
+
+
+class LogConflictError(FencedError):
+    """A chunk append did not start at the log's current end; nothing was written."""
+
+
+# --- agent and models -----------------------------------------------------------------------------
+
+
+class ModelError(HarnessError):
+    """A model call failed. ``retryable`` tells whether calling again may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool = False, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status_code = status_code
+
+
+class ToolError(HarnessError):
+    """A tool could not run (unknown tool, invalid input); reported to the model as a result."""
+
+
+class AgentConfigError(FatalError):
+    """The agent definition is invalid (for example, two tools with one name)."""
+
+
+class InvalidRequestError(FatalError):
+    """A client request cannot be served as sent; ``code`` and the message say what to fix."""
+
+    def __init__(self, message: str, *, code: str = "bad_request", status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status

@@ -1,0 +1,120 @@
+"""A demo model that needs no credentials: it streams real-looking replies and calls tools.
+
+It is deterministic: the same conversation always gives the same reply. Ask it about the weather
+in a city and it calls the ``get_weather`` tool (when the agent has one), then answers with the
+tool's result. Anything else gets a short reply that says what it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..messages import TextPart, ToolMessage, ToolResultPart, UserMessage
+from ..protocol import harness_parts as hp
+from .base import ModelRequest, ModelStreamPart, finish
+
+_WEATHER = re.compile(r"weather\s+(?:in|for|at)\s+([A-Za-zÀ-ÿ' .-]+?)(?:[?.!,]|$)", re.IGNORECASE)
+
+
+class DemoModel:
+    """The demo model; ``delay`` seconds pass between streamed pieces (0 in tests)."""
+
+    def __init__(self, *, delay: float = 0.03) -> None:
+        self.delay = delay
+        self.calls = 0
+
+    @property
+    def model_id(self) -> str:
+        """Always ``"demo"``."""
+        return "demo"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamPart]:
+        """Stream the reply to the conversation in ``request``."""
+        self.calls += 1
+        step = sum(1 for m in request.messages if isinstance(m, ToolMessage))
+        last = request.messages[-1] if request.messages else None
+        yield hp.StreamStartPart(model_id="demo")
+        if isinstance(last, ToolMessage):
+            async for part in self._answer_from_results(last, step):
+                yield part
+            return
+        prompt = _user_text(last)
+        city = _WEATHER.search(prompt)
+        if city and any(t.name == "get_weather" for t in request.tools):
+            async for part in self._call_weather(city.group(1).strip(), step):
+                yield part
+            return
+        async for part in self._text(_reply(prompt, [t.name for t in request.tools]), f"txt-{step}"):
+            yield part
+        yield finish("stop", input_tokens=_tokens(request), output_tokens=40)
+
+    async def _call_weather(self, city: str, step: int) -> AsyncIterator[ModelStreamPart]:
+        rid, cid = f"rsn-{step}", f"call_demo_{step}"
+        yield hp.ReasoningStartPart(id=rid)
+        for piece in _pieces(f"The user wants the weather in {city}. I will call get_weather."):
+            await self._pause()
+            yield hp.ReasoningDeltaPart(id=rid, delta=piece)
+        yield hp.ReasoningEndPart(id=rid)
+        arguments = json.dumps({"city": city}, ensure_ascii=False, separators=(",", ":"))
+        yield hp.ToolInputStartPart(id=cid, tool_name="get_weather")
+        for i in range(0, len(arguments), 8):
+            await self._pause()
+            yield hp.ToolInputDeltaPart(id=cid, delta=arguments[i : i + 8])
+        yield hp.ToolInputEndPart(id=cid)
+        yield hp.ToolCallPart(tool_call_id=cid, tool_name="get_weather", input=arguments)
+        yield finish("tool-calls", input_tokens=60, output_tokens=20)
+
+    async def _answer_from_results(self, results: ToolMessage, step: int) -> AsyncIterator[ModelStreamPart]:
+        facts = []
+        for result in results.content:
+            if not isinstance(result, ToolResultPart):
+                continue
+            value: Any = getattr(result.output, "value", None)
+            if isinstance(value, dict) and {"city", "tempC"} <= value.keys():
+                facts.append(f"It is {value['tempC']} °C and {value.get('conditions', 'clear')} in {value['city']}.")
+            else:
+                facts.append(f"The tool returned: {json.dumps(value, ensure_ascii=False)}.")
+        text = " ".join(facts) + " (This is the demo model; the weather is made up.)"
+        async for part in self._text(text, f"txt-{step}"):
+            yield part
+        yield finish("stop", input_tokens=80, output_tokens=30)
+
+    async def _text(self, text: str, part_id: str) -> AsyncIterator[ModelStreamPart]:
+        yield hp.TextStartPart(id=part_id)
+        for piece in _pieces(text):
+            await self._pause()
+            yield hp.TextDeltaPart(id=part_id, delta=piece)
+        yield hp.TextEndPart(id=part_id)
+
+    async def _pause(self) -> None:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+
+
+def _user_text(message: object) -> str:
+    if isinstance(message, UserMessage):
+        return " ".join(p.text for p in message.content if isinstance(p, TextPart)).strip()
+    return ""
+
+
+def _reply(prompt: str, tools: list[str]) -> str:
+    said = f'You said: "{prompt}". ' if prompt else ""
+    hint = ' Try "What is the weather in Paris?" to see a tool call.' if "get_weather" in tools else ""
+    return (
+        f"{said}I am the demo model of durable-harness, streaming this reply through a durable run: "
+        f"every chunk is written to the run's log before it reaches you, so a dropped connection "
+        f"resumes exactly where it stopped.{hint}"
+    )
+
+
+def _pieces(text: str) -> list[str]:
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+def _tokens(request: ModelRequest) -> int:
+    return 20 + sum(len(m.model_dump_json()) for m in request.messages) // 4

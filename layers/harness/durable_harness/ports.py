@@ -1,0 +1,107 @@
+"""The three service boundaries the runner knows: a checkpoint store, a chunk log, an orchestrator.
+
+Adapters live in :mod:`durable_harness.storage` (memory, SQLite, files) and, for AWS, in the
+DynamoDB / S3 / Step Functions modules. Methods are synchronous because the AWS SDK is; the
+async runner calls them in a worker thread where latency matters.
+
+Fencing. A run record carries ``version`` (bumped by every write) and ``epoch`` (bumped when a
+slice claims the run). A checkpoint write is conditional on the version the writer read; a chunk
+append is conditional on the writer's epoch being the newest the log has seen and on the append
+starting at the log's current end. A slice that lost its claim to a newer slice can therefore
+write nothing at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One stored run record: the serialized run state plus its fencing counters.
+
+    ``state`` is the JSON text of the run state; stores treat it as opaque. ``status``,
+    ``principal`` and ``chat_id`` are copied out of it so that stores can index them.
+    """
+
+    run_id: str
+    state: str
+    status: str
+    version: int = 0
+    epoch: int = 0
+    principal: str | None = None
+    chat_id: str | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Durable, fenced storage of run records."""
+
+    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
+        ...
+
+    def load(self, run_id: str) -> Checkpoint:
+        """The newest record of a run (strongly consistent). Raises ``RunNotFoundError``."""
+        ...
+
+    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+        """Bump the epoch (and version) if the version is still ``expected_version``.
+
+        Returns the claimed record; its ``epoch`` is the caller's fencing token for the chunk
+        log. Raises ``FencedError`` when another writer got there first.
+        """
+        ...
+
+    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+        """Replace the record if its version is still ``expected_version``; returns the new record
+        (version + 1, epoch unchanged). Raises ``FencedError`` otherwise; nothing is written."""
+        ...
+
+
+@runtime_checkable
+class ChunkLog(Protocol):
+    """An append-only log of UI message chunks per run, addressed by absolute index.
+
+    Chunks are compact JSON texts, stored and served as they are.
+    """
+
+    def open(self, run_id: str, epoch: int) -> int:
+        """Take the write fence for ``epoch`` and return the current chunk count.
+
+        Raises ``FencedError`` when a newer epoch already holds the fence. After this call no
+        writer with an older epoch can append.
+        """
+        ...
+
+    def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
+        """Append ``chunks`` at index ``start``; returns the new count.
+
+        Atomic: all chunks or none. Raises ``FencedError`` when ``epoch`` is older than the
+        fence, ``LogConflictError`` when ``start`` is not the current count.
+        """
+        ...
+
+    def read(self, run_id: str, start: int, limit: int | None = None) -> list[str]:
+        """Chunks from absolute index ``start`` (at most ``limit``); empty past the end."""
+        ...
+
+    def count(self, run_id: str) -> int:
+        """The number of chunks in the run's log (0 for a log never written)."""
+        ...
+
+
+@runtime_checkable
+class Orchestrator(Protocol):
+    """Drives a run's slices until the run pauses or ends (the state machine, or in-process)."""
+
+    def start(self, run_id: str) -> None:
+        """Start (or resume) driving the run. Idempotent for a run already being driven."""
+        ...
+
+    def cancel(self, run_id: str) -> None:
+        """Ask the run to stop; it ends ``cancelled`` with a ``finish`` chunk in its log."""
+        ...

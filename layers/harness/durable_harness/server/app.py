@@ -1,0 +1,226 @@
+"""The chat app: a dependency-free ASGI application (uvicorn locally, Lambda Web Adapter in AWS).
+
+Routes:
+
+* ``POST /api/chat`` -- start a turn; 200 with ``x-workflow-run-id`` and the run's SSE stream;
+* ``GET /api/chat/{runId}/stream?startIndex=N`` -- the run's stream from absolute index N
+  (N < 0 counts from the tail), following a live run until ``finish``;
+* ``GET /health``.
+
+Every error is JSON ``{"error": {"code", "message"}}`` with a 4xx status that says what to fix;
+an unexpected failure is a 500 with a generic message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from ..errors import InvalidRequestError, RunNotFoundError
+from ..ids import is_run_id
+from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
+from .service import ChatService
+
+logger = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+EXPOSED_HEADERS = "x-workflow-run-id, x-workflow-stream-tail-index"
+
+
+class ChatApp:
+    """The ASGI chat application over a :class:`ChatService`."""
+
+    def __init__(
+        self,
+        service: ChatService,
+        *,
+        max_body_bytes: int = 4 * 1024 * 1024,
+        cors_origins: tuple[str, ...] = (),
+        on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.service = service
+        self.max_body_bytes = max_body_bytes
+        self.cors_origins = cors_origins
+        self.on_shutdown = on_shutdown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        cors = self._cors_headers(scope)
+        try:
+            await self._route(scope, receive, send, cors)
+        except InvalidRequestError as exc:
+            await _json(send, exc.status, {"error": {"code": exc.code, "message": str(exc)}}, cors)
+        except RunNotFoundError as exc:
+            await _json(send, 404, {"error": {"code": "run_not_found", "message": str(exc)}}, cors)
+        except Exception:
+            logger.exception("unhandled error serving %s %s", scope.get("method"), scope.get("path"))
+            await _json(send, 500, {"error": {"code": "internal_error", "message": "Internal server error."}}, cors)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]) -> None:
+        method = scope["method"]
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        segments = [unquote(s) for s in raw_path.decode("latin-1").split("?")[0].split("/")[1:]]
+        if method == "OPTIONS":
+            await send({"type": "http.response.start", "status": 204, "headers": cors + _preflight()})
+            await send({"type": "http.response.body", "body": b""})
+        elif segments == ["health"]:
+            _allow(method, "GET")
+            await _json(send, 200, {"status": "ok"}, cors)
+        elif segments == ["api", "chat"]:
+            _allow(method, "POST")
+            await self._post_chat(scope, receive, send, cors)
+        elif len(segments) == 4 and segments[:2] == ["api", "chat"] and segments[3] == "stream":
+            _allow(method, "GET")
+            await self._get_stream(scope, segments[2], receive, send, cors)
+        else:
+            raise InvalidRequestError(f"No route for {method} {scope['path']}.", code="not_found", status=404)
+
+    async def _post_chat(self, scope: Scope, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]) -> None:
+        body = await self._read_body(receive)
+        try:
+            payload = json.loads(body)  # whatever the content type: the transport sends text/plain
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InvalidRequestError(f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
+        state = await self.service.start_turn(payload, principal=None)
+        headers = [(b"x-workflow-run-id", state.run_id.encode())]
+        await self._stream(state.run_id, 0, -1, headers, receive, send, cors)
+
+    async def _get_stream(
+        self, scope: Scope, run_id: str, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]
+    ) -> None:
+        if not is_run_id(run_id):
+            raise InvalidRequestError(f"{run_id!r} is not a run id (expected 'wrun_' and 26 characters).")
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        raw = query.get("startIndex", ["0"])[-1]
+        try:
+            start = int(raw)
+        except ValueError:
+            raise InvalidRequestError(
+                f"startIndex must be an integer, got {raw!r}.", code="invalid_start_index"
+            ) from None
+        state = await self.service.load(run_id)
+        count = await self.service.count(run_id)
+        resolved = max(0, count + start) if start < 0 else start
+        # A terminal run's checkpoint knows its final length even while the last chunks are still
+        # being appended, so only an index past that is an error; anything else is followed.
+        total = state.stream.chunk_count
+        if state.terminal and resolved >= total > 0:
+            raise InvalidRequestError(
+                f"startIndex {start} is past the end of this run's stream ({total} chunks, ended with 'finish').",
+                code="invalid_start_index",
+            )
+        await self._stream(run_id, resolved, count - 1, [], receive, send, cors)
+
+    async def _stream(
+        self,
+        run_id: str,
+        start: int,
+        tail_index: int,
+        extra: list[tuple[bytes, bytes]],
+        receive: Receive,
+        send: Send,
+        cors: list[tuple[bytes, bytes]],
+    ) -> None:
+        headers = [*UI_MESSAGE_STREAM_HEADERS, *extra, (b"x-workflow-stream-tail-index", str(tail_index).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
+        pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send))
+        disconnected = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
+        try:
+            await asyncio.wait({pump, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (pump, disconnected):
+                task.cancel()
+            await asyncio.gather(pump, disconnected, return_exceptions=True)
+
+    async def _pump(self, run_id: str, start: int, send: Send) -> None:
+        """Copy the run's chunks to the response as SSE events until ``finish`` or the window ends."""
+        finished = False
+        try:
+            async for batch in self.service.follow(run_id, start):
+                if batch is None:
+                    await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
+                    continue
+                payload = b"".join(b"data: " + c.encode() + b"\n\n" for c in batch)
+                finished = batch[-1].startswith('{"type":"finish"')
+                await send({"type": "http.response.body", "body": payload, "more_body": True})
+        except Exception:
+            # The status line is gone already: end the body without `finish`; the client resumes.
+            logger.exception("run %s: streaming failed", run_id)
+        await send({"type": "http.response.body", "body": SSE_DONE if finished else b"", "more_body": False})
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        parts, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise InvalidRequestError("The client went away before sending the whole body.")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise InvalidRequestError(
+                    f"The request body is larger than {self.max_body_bytes} bytes.", code="body_too_large", status=413
+                )
+            parts.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(parts)
+
+    def _cors_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+        headers = [(b"access-control-expose-headers", EXPOSED_HEADERS.encode())]
+        if not self.cors_origins:
+            return headers
+        origin = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"origin"), None)
+        if "*" in self.cors_origins:
+            headers.append((b"access-control-allow-origin", b"*"))
+        elif origin in self.cors_origins:
+            headers += [(b"access-control-allow-origin", origin.encode()), (b"vary", b"origin")]
+        return headers
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.on_shutdown is not None:
+                    await self.on_shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _allow(method: str, allowed: str) -> None:
+    if method != allowed:
+        raise InvalidRequestError(
+            f"Method {method} is not allowed here; use {allowed}.", code="method_not_allowed", status=405
+        )
+
+
+def _preflight() -> list[tuple[bytes, bytes]]:
+    return [
+        (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
+        (b"access-control-allow-headers", b"content-type, authorization"),
+        (b"access-control-max-age", b"300"),
+    ]
+
+
+async def _json(send: Send, status: int, body: dict[str, Any], cors: list[tuple[bytes, bytes]]) -> None:
+    data = json.dumps(body, separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + cors})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,52 @@
+"""The local kit: the chat app with embedded storage (SQLite + files) and an in-process orchestrator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..agent.protocol import HarnessWorkflowAgent
+from ..runner.local import LocalOrchestrator
+from ..runner.runner import Runner
+from ..storage.files import FileChunkLog
+from ..storage.sqlite import SqliteCheckpointStore
+from .app import ChatApp
+from .notifier import CommitSignal
+from .service import ChatService, ServiceConfig
+
+
+@dataclass
+class LocalKit:
+    """Everything the local server is made of, for tests that want to reach inside."""
+
+    app: ChatApp
+    service: ChatService
+    runner: Runner
+    orchestrator: LocalOrchestrator
+    store: SqliteCheckpointStore
+    log: FileChunkLog
+
+
+def build_local_kit(
+    agent: HarnessWorkflowAgent,
+    data_dir: str | Path,
+    *,
+    slice_seconds: float | None = 600.0,
+    flush_interval: float = 0.01,
+    config: ServiceConfig | None = None,
+    cors_origins: tuple[str, ...] = ("*",),
+) -> LocalKit:
+    """Assemble the local chat app over ``data_dir`` (created if missing).
+
+    Local writes are cheap, so the group-commit interval is short (10 ms) to keep latency low.
+    """
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    store = SqliteCheckpointStore(root / "runs.sqlite3")
+    log = FileChunkLog(root / "chunks")
+    signal = CommitSignal()
+    runner = Runner(agent, store, log, flush_interval=flush_interval, on_commit=signal.notify)
+    orchestrator = LocalOrchestrator(runner, slice_seconds=slice_seconds)
+    service = ChatService(runner, orchestrator, signal=signal, config=config)
+    app = ChatApp(service, cors_origins=cors_origins, on_shutdown=orchestrator.aclose)
+    return LocalKit(app=app, service=service, runner=runner, orchestrator=orchestrator, store=store, log=log)

@@ -1,0 +1,166 @@
+"""In-memory fakes of the checkpoint store and the chunk log, for unit tests.
+
+They implement exactly the semantics of :mod:`durable_harness.ports` (fencing included) so that a
+test passing against them also passes against the SQLite, file and AWS adapters; the shared
+contract suite in ``tests/storage`` runs every adapter through the same cases. Both are
+thread-safe: the async runner calls ports from worker threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ..errors import FencedError, LogConflictError, RunExistsError, RunNotFoundError
+from ..ports import Checkpoint
+
+__all__ = ["MemoryCheckpointStore", "MemoryChunkLog", "check_chunks", "check_read_args"]
+
+
+def check_chunks(chunks: Sequence[str]) -> None:
+    """Reject chunks that a line-per-chunk log could not store faithfully.
+
+    Every adapter applies the same rule, so code that works against a fake cannot write a chunk
+    that the file log (one chunk per line) would have to refuse.
+    """
+    for chunk in chunks:
+        if not isinstance(chunk, str):
+            raise TypeError(f"a chunk must be str, not {type(chunk).__name__}")
+        if "\n" in chunk:
+            raise ValueError("a chunk must be compact JSON without a newline")
+
+
+def check_read_args(start: int, limit: int | None) -> None:
+    """Validate the arguments of ``ChunkLog.read``; tail (negative) indexes are the caller's job."""
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+
+
+def _copy(checkpoint: Checkpoint, *, version: int | None = None, epoch: int | None = None) -> Checkpoint:
+    # meta is a mutable dict inside a frozen dataclass; copying it keeps callers from editing the
+    # stored record through a reference they were handed.
+    return replace(
+        checkpoint,
+        meta=dict(checkpoint.meta),
+        version=checkpoint.version if version is None else version,
+        epoch=checkpoint.epoch if epoch is None else epoch,
+    )
+
+
+class MemoryCheckpointStore:
+    """A :class:`~durable_harness.ports.CheckpointStore` held in a dict."""
+
+    def __init__(self) -> None:
+        """Create an empty store."""
+        self._lock = threading.Lock()
+        self._records: dict[str, Checkpoint] = {}
+        # A write sequence number per run, so list_runs can order by "last updated" without
+        # relying on the wall clock (which can tie or go backwards).
+        self._touched: dict[str, int] = {}
+        self._seq = itertools.count()
+
+    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
+        with self._lock:
+            if checkpoint.run_id in self._records:
+                raise RunExistsError(checkpoint.run_id)
+            return self._put(_copy(checkpoint, version=1, epoch=0))
+
+    def load(self, run_id: str) -> Checkpoint:
+        """The newest record of a run. Raises ``RunNotFoundError``."""
+        with self._lock:
+            return _copy(self._get(run_id))
+
+    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+        """Bump epoch and version if the version is still ``expected_version``."""
+        with self._lock:
+            current = self._get(run_id)
+            if current.version != expected_version:
+                raise FencedError(f"run {run_id!r}: claim expected version {expected_version}, found {current.version}")
+            return self._put(_copy(current, version=current.version + 1, epoch=current.epoch + 1))
+
+    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+        """Replace the record if its version is still ``expected_version`` (version + 1)."""
+        with self._lock:
+            current = self._get(checkpoint.run_id)
+            if current.version != expected_version:
+                raise FencedError(
+                    f"run {checkpoint.run_id!r}: save expected version {expected_version}, found {current.version}"
+                )
+            # The epoch belongs to the store, not to the caller's copy: only claim() moves it.
+            return self._put(_copy(checkpoint, version=current.version + 1, epoch=current.epoch))
+
+    def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
+        """Records, most recently written first, optionally only those of one chat."""
+        with self._lock:
+            ordered = sorted(self._records, key=self._touched.__getitem__, reverse=True)
+            found = [
+                _copy(self._records[run_id])
+                for run_id in ordered
+                if chat_id is None or self._records[run_id].chat_id == chat_id
+            ]
+            return found[: max(limit, 0)]
+
+    def _get(self, run_id: str) -> Checkpoint:
+        try:
+            return self._records[run_id]
+        except KeyError:
+            raise RunNotFoundError(run_id) from None
+
+    def _put(self, record: Checkpoint) -> Checkpoint:
+        self._records[record.run_id] = record
+        self._touched[record.run_id] = next(self._seq)
+        return _copy(record)
+
+
+class MemoryChunkLog:
+    """A :class:`~durable_harness.ports.ChunkLog` held in lists, with the same fencing rules."""
+
+    def __init__(self) -> None:
+        """Create an empty log."""
+        self._lock = threading.Lock()
+        self._chunks: dict[str, list[str]] = {}
+        # Highest epoch seen per run; a run never opened is fenced at 0, so any epoch may write.
+        self._fences: dict[str, int] = {}
+
+    def open(self, run_id: str, epoch: int) -> int:
+        """Take the write fence for ``epoch``; return the chunk count. Raises ``FencedError``."""
+        with self._lock:
+            self._check_epoch(run_id, epoch)
+            self._fences[run_id] = epoch
+            return len(self._chunks.get(run_id, ()))
+
+    def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
+        """Append ``chunks`` at ``start``, all or nothing; returns the new count."""
+        check_chunks(chunks)
+        with self._lock:
+            self._check_epoch(run_id, epoch)
+            log = self._chunks.setdefault(run_id, [])
+            if start != len(log):
+                raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {len(log)} chunks")
+            # A newer epoch appending without open() still takes the fence, as the file log does.
+            self._fences[run_id] = epoch
+            log.extend(chunks)
+            return len(log)
+
+    def read(self, run_id: str, start: int, limit: int | None = None) -> list[str]:
+        """Chunks from absolute index ``start`` (at most ``limit``); empty past the end."""
+        check_read_args(start, limit)
+        with self._lock:
+            log = self._chunks.get(run_id, [])
+            end = len(log) if limit is None else start + limit
+            return log[start:end]
+
+    def count(self, run_id: str) -> int:
+        """The number of chunks in the run's log (0 for a log never written)."""
+        with self._lock:
+            return len(self._chunks.get(run_id, ()))
+
+    def _check_epoch(self, run_id: str, epoch: int) -> None:
+        fence = self._fences.get(run_id, 0)
+        if epoch < fence:
+            raise FencedError(f"run {run_id!r}: epoch {epoch} is older than the log's fence {fence}")

@@ -1,0 +1,206 @@
+"""Group commit in front of a chunk log (decision D4).
+
+A model streams tokens far faster than a durable store takes writes, and one write per token is
+both slow and expensive. :class:`ChunkWriter` buffers chunks and flushes them as one
+``ChunkLog.append`` (one segment, one S3 PUT): the first chunk of a burst goes out at once, so the
+time to first token stays low, and while the model keeps streaming the rest go out together at
+most every ``flush_interval``. One append is in flight at a time, so segments land in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import suppress
+
+from ..errors import StorageError
+from ..ports import ChunkLog
+from .memory import check_chunks
+
+__all__ = ["ChunkWriter"]
+
+
+class ChunkWriter:
+    """Buffers the chunks of one run and appends them to ``log`` in batches, in order.
+
+    Use it from a running asyncio event loop only, and only from that loop's thread: ``write``
+    schedules a background task on the running loop, and the appends themselves run in a worker
+    thread (``asyncio.to_thread``) so a slow store never stalls the loop.
+
+    ``start`` is the log's count when the writer begins (what ``ChunkLog.open`` returned) and
+    ``epoch`` the fencing token from the claim. ``on_commit(run_id, count)`` runs in the loop
+    thread after each successful append, e.g. to wake readers that follow the run.
+
+    A failed append breaks the writer for good: its exception is raised again by the next
+    ``write``, ``flush`` or ``close``, and nothing buffered after it is ever written, so the log
+    never gets a hole or a chunk out of order.
+    """
+
+    def __init__(
+        self,
+        log: ChunkLog,
+        run_id: str,
+        *,
+        epoch: int,
+        start: int,
+        flush_interval: float = 0.1,
+        on_commit: Callable[[str, int], None] | None = None,
+    ) -> None:
+        """Create a writer that appends to ``log`` from index ``start`` with fencing ``epoch``."""
+        if start < 0:
+            raise ValueError(f"start must be >= 0, got {start}")
+        if flush_interval < 0:
+            raise ValueError(f"flush_interval must be >= 0, got {flush_interval}")
+        self._log = log
+        self._run_id = run_id
+        self._epoch = epoch
+        self._interval = flush_interval
+        self._on_commit = on_commit
+        self._committed = start
+        self._buffer: list[str] = []
+        self._inflight = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        # The flusher task lives only while there is something to send, so a writer that is
+        # dropped without close() (e.g. on an exception path) leaves no pending task behind.
+        self._task: asyncio.Task[None] | None = None
+        self._urgent = asyncio.Event()  # a flush() caller is waiting: skip the interval
+        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._last_start: float | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The run whose log this writer appends to."""
+        return self._run_id
+
+    @property
+    def epoch(self) -> int:
+        """The fencing token every append carries."""
+        return self._epoch
+
+    @property
+    def committed(self) -> int:
+        """The number of chunks durable in the log (the log's count as this writer knows it)."""
+        return self._committed
+
+    @property
+    def end(self) -> int:
+        """Committed plus in-flight plus buffered chunks: the index the next written chunk gets."""
+        return self._committed + self._inflight + len(self._buffer)
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that broke the writer, or ``None`` while it is healthy."""
+        return self._error
+
+    def write(self, chunk: str) -> None:
+        """Buffer ``chunk`` for the next flush; never blocks. Raises the writer's error if broken."""
+        self._raise_if_broken()
+        if self._closed:
+            raise RuntimeError(f"chunk writer for run {self._run_id!r} is closed")
+        # Reject a bad chunk here, where the caller can see it, instead of breaking the writer.
+        check_chunks([chunk])
+        self._ensure_task()  # first, so that a call outside a loop buffers nothing
+        self._buffer.append(chunk)
+
+    async def flush(self) -> int:
+        """Wait until every chunk written so far is durable; returns the committed count.
+
+        An explicit flush does not wait out ``flush_interval``: it starts its append as soon as
+        the one in flight (if any) has finished. With nothing buffered it returns at once.
+        """
+        self._raise_if_broken()
+        target = self.end
+        if self._committed >= target:
+            return self._committed
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, future))
+        self._urgent.set()
+        self._ensure_task()
+        return await future
+
+    async def close(self) -> int:
+        """Flush, then stop the background task; returns the committed count. Idempotent."""
+        try:
+            return await self.flush()
+        finally:
+            self._closed = True
+            task = self._task
+            if task is not None and not task.done():
+                # Only reached when flush() was cancelled with an append in flight: wait for it so
+                # the append does not outlive close(). asyncio.wait never raises the task's outcome.
+                await asyncio.wait([task])
+
+    # --- internals ---------------------------------------------------------------------------------
+
+    def _raise_if_broken(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _ensure_task(self) -> None:
+        # A finished task cannot have missed a chunk: it ends only after seeing an empty buffer,
+        # with no await between that check and its completion.
+        if self._task is None or self._task.done():
+            loop = asyncio.get_running_loop()  # RuntimeError outside a loop, as documented
+            self._task = loop.create_task(self._run(), name=f"chunk-writer:{self._run_id}")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._buffer:
+                await self._pace(loop)
+                await self._append_buffer(loop)
+            # Every flush() request is satisfied; forget it so the next burst waits out the
+            # interval again.
+            self._urgent.clear()
+        except asyncio.CancelledError:
+            if self._error is None:
+                self._fail(StorageError(f"chunk writer for run {self._run_id!r} was cancelled"))
+            raise
+        except BaseException as exc:
+            # BaseException too: a crash that no code path handles (a test's simulated Lambda
+            # death, say) must still reach whoever awaits flush(), or they would wait forever.
+            self._fail(exc)
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+
+    async def _pace(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until ``flush_interval`` has passed since the last flush began, unless urged."""
+        if self._last_start is None or self._urgent.is_set():
+            return
+        delay = self._last_start + self._interval - loop.time()
+        if delay > 0:
+            with suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._urgent.wait()
+
+    async def _append_buffer(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch, self._buffer = self._buffer, []
+        self._inflight = len(batch)
+        self._last_start = loop.time()
+        start = self._committed
+        count = await asyncio.to_thread(self._log.append, self._run_id, start, batch, self._epoch)
+        if count != start + len(batch):
+            raise StorageError(f"run {self._run_id!r}: append of {len(batch)} chunks at {start} reported count {count}")
+        self._inflight = 0
+        self._committed = count
+        if self._on_commit is not None:
+            try:
+                self._on_commit(self._run_id, count)
+            except Exception as exc:
+                # The chunks are durable whatever a listener does; report it, keep writing.
+                loop.call_exception_handler({"message": "ChunkWriter on_commit callback failed", "exception": exc})
+        for target, future in self._waiters:
+            if target <= count and not future.done():
+                future.set_result(count)
+        self._waiters = [(t, f) for t, f in self._waiters if not f.done()]
+
+    def _fail(self, exc: BaseException) -> None:
+        """Break the writer: drop what is buffered and fail every waiting flush()."""
+        self._error = exc
+        self._buffer.clear()
+        self._inflight = 0
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_exception(exc)
+        self._waiters.clear()

@@ -1,0 +1,146 @@
+"""The chat app over real HTTP on loopback (uvicorn), with embedded storage and the demo agent."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from durable_harness.demo import build_demo_agent
+from durable_harness.protocol.sse import SSEParser
+from durable_harness.server.local import LocalKit, build_local_kit
+
+from tests.support import message_of, parse_sse_body, serve, user_message
+
+WEATHER = user_message("What is the weather in Paris?")
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> LocalKit:
+    return build_local_kit(build_demo_agent(delay=0), tmp_path / "data")
+
+
+@pytest.fixture
+def base_url(kit: LocalKit) -> Iterator[str]:
+    with serve(kit.app) as url:
+        yield url
+
+
+def post_chat(base_url: str, body: Any, **kwargs: Any) -> httpx.Response:
+    content = body if isinstance(body, bytes | str) else json.dumps(body)
+    return httpx.post(f"{base_url}/api/chat", content=content, timeout=10, **kwargs)
+
+
+def test_health(base_url: str) -> None:
+    response = httpx.get(f"{base_url}/health")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_post_streams_the_turn_as_sse_with_the_run_id(base_url: str) -> None:
+    response = post_chat(base_url, {"messages": [WEATHER]}, headers={"content-type": "text/plain;charset=UTF-8"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    run_id = response.headers["x-workflow-run-id"]
+    assert run_id.startswith("wrun_")
+    assert response.content.endswith(b"data: [DONE]\n\n")
+    chunks = parse_sse_body(response.content)
+    assert chunks[0]["type"] == "start" and chunks[0]["messageId"].startswith("msg_")
+    assert chunks[-1] == {"type": "finish", "finishReason": "stop"}
+    message = message_of(chunks)
+    tool_part = next(p for p in message["parts"] if p["type"] == "tool-get_weather")
+    assert tool_part["state"] == "output-available" and tool_part["input"] == {"city": "Paris"}
+    assert message["parts"][-1]["type"] == "text" and "Paris" in message["parts"][-1]["text"]
+
+
+def test_get_replays_from_any_index_and_from_the_tail(base_url: str) -> None:
+    post = post_chat(base_url, {"messages": [WEATHER]})
+    run_id, chunks = post.headers["x-workflow-run-id"], parse_sse_body(post.content)
+    count = len(chunks)
+    for start in (0, 1, 5, count - 1):
+        get = httpx.get(f"{base_url}/api/chat/{run_id}/stream", params={"startIndex": start}, timeout=10)
+        assert get.status_code == 200
+        assert get.headers["x-workflow-stream-tail-index"] == str(count - 1)
+        assert parse_sse_body(get.content) == chunks[start:]
+    get = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex=-3", timeout=10)
+    assert parse_sse_body(get.content) == chunks[-3:]
+    get = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex=-1000", timeout=10)
+    assert parse_sse_body(get.content) == chunks
+
+
+def test_a_post_cut_after_k_chunks_resumes_to_the_same_message(base_url: str) -> None:
+    whole = parse_sse_body(post_chat(base_url, {"messages": [WEATHER]}).content)
+    for k in (1, 4, len(whole) // 2, len(whole) - 1):
+        received: list[dict[str, Any]] = []
+        parser = SSEParser()
+        with httpx.stream("POST", f"{base_url}/api/chat", content=json.dumps({"messages": [WEATHER]})) as response:
+            run_id = response.headers["x-workflow-run-id"]
+            for data in (d for raw in response.iter_raw() for d in parser.feed(raw)):
+                received.append(json.loads(data))
+                if len(received) == k:
+                    break  # the connection drops here
+        get = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex={k}", timeout=10)
+        rest = parse_sse_body(get.content)
+        assert rest[-1]["type"] == "finish"
+        assert message_of(received + rest)["parts"] == message_of(whole)["parts"]
+
+
+def test_a_live_run_is_followed_until_finish(tmp_path: Path) -> None:
+    kit = build_local_kit(build_demo_agent(delay=0.002), tmp_path / "live")
+    with (
+        serve(kit.app) as url,
+        httpx.stream("POST", f"{url}/api/chat", content=json.dumps({"messages": [WEATHER]}), timeout=10) as post,
+    ):
+        run_id = post.headers["x-workflow-run-id"]
+        # while the POST is still streaming, a second reader follows the same run from the start
+        follower = httpx.get(f"{url}/api/chat/{run_id}/stream?startIndex=0", timeout=10)
+        posted = parse_sse_body(post.read())
+    assert parse_sse_body(follower.content) == posted
+    assert posted[-1]["type"] == "finish"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"{not json", 400, "invalid_json"),
+        ({"messages": []}, 400, "bad_request"),
+        ({"nothing": 1}, 400, "bad_request"),
+        ([1, 2], 400, "bad_request"),
+        ({"messages": [{"id": "u", "role": "user", "parts": [{"type": "nope"}]}]}, 400, "invalid_messages"),
+        (
+            {"messages": [{"id": "s", "role": "system", "parts": [{"type": "text", "text": "x"}]}, WEATHER]},
+            400,
+            "system_message_not_allowed",
+        ),
+        ({"messages": [WEATHER], "id": 5}, 400, "bad_request"),
+    ],
+)
+def test_bad_post_bodies_get_a_clear_400(base_url: str, body: Any, status: int, code: str) -> None:
+    response = post_chat(base_url, body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"]
+
+
+def test_oversized_body_gets_413(base_url: str) -> None:
+    response = post_chat(base_url, b'{"messages":"' + b"x" * (5 * 1024 * 1024) + b'"}')
+    assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
+
+
+def test_stream_errors(base_url: str) -> None:
+    unknown = "wrun_" + "0" * 26
+    response = httpx.get(f"{base_url}/api/chat/{unknown}/stream?startIndex=0")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "run_not_found"
+    response = httpx.get(f"{base_url}/api/chat/..%2Fetc%2Fpasswd/stream?startIndex=0")
+    assert response.status_code == 400
+    run_id = post_chat(base_url, {"messages": [WEATHER]}).headers["x-workflow-run-id"]
+    for bad in ("abc", "1.5", ""):
+        response = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex={bad}")
+        assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_start_index"
+    response = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex=100000")
+    assert response.status_code == 400
+    assert httpx.get(f"{base_url}/api/nothing").status_code == 404
+    assert httpx.get(f"{base_url}/api/chat").status_code == 405

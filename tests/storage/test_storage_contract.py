@@ -1,0 +1,246 @@
+"""The port contract, run against every adapter: what the runner may rely on from any store or log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from durable_harness.errors import FencedError, LogConflictError, RunExistsError, RunNotFoundError
+from durable_harness.ports import Checkpoint, CheckpointStore, ChunkLog
+from durable_harness.storage import (
+    FileChunkLog,
+    MemoryCheckpointStore,
+    MemoryChunkLog,
+    SqliteCheckpointStore,
+)
+
+STORES: dict[str, Callable[[Path], CheckpointStore]] = {
+    "memory": lambda _: MemoryCheckpointStore(),
+    "sqlite": lambda tmp: SqliteCheckpointStore(tmp / "runs.sqlite3"),
+}
+LOGS: dict[str, Callable[[Path], ChunkLog]] = {
+    "memory": lambda _: MemoryChunkLog(),
+    "files": lambda tmp: FileChunkLog(tmp / "chunks"),
+}
+
+
+@pytest.fixture(params=sorted(STORES))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
+    made = STORES[request.param](tmp_path)
+    yield made
+    if isinstance(made, SqliteCheckpointStore):
+        made.close()
+
+
+@pytest.fixture(params=sorted(LOGS))
+def log(request: pytest.FixtureRequest, tmp_path: Path) -> ChunkLog:
+    return LOGS[request.param](tmp_path)
+
+
+def record(run_id: str = "run-1", **fields: object) -> Checkpoint:
+    base: dict[str, object] = {"run_id": run_id, "state": '{"step":0}', "status": "not_started"}
+    base.update(fields)
+    return Checkpoint(**base)  # type: ignore[arg-type]
+
+
+def chunks(first: int, n: int) -> list[str]:
+    return [f'{{"type":"text-delta","id":"t","delta":"{i}"}}' for i in range(first, first + n)]
+
+
+# --- checkpoint store -----------------------------------------------------------------------------
+
+
+def test_adapters_satisfy_the_protocols(store: CheckpointStore, log: ChunkLog) -> None:
+    assert isinstance(store, CheckpointStore)
+    assert isinstance(log, ChunkLog)
+
+
+def test_create_starts_at_version_1_epoch_0_and_load_returns_it(store: CheckpointStore) -> None:
+    given = record(version=7, epoch=3, principal="alice", chat_id="chat-1", meta={"origin": "chat"})
+    created = store.create(given)
+    assert (created.version, created.epoch) == (1, 0)
+    assert created == Checkpoint(
+        run_id="run-1",
+        state='{"step":0}',
+        status="not_started",
+        version=1,
+        epoch=0,
+        principal="alice",
+        chat_id="chat-1",
+        meta={"origin": "chat"},
+    )
+    assert store.load("run-1") == created
+
+
+def test_create_twice_raises_run_exists(store: CheckpointStore) -> None:
+    store.create(record())
+    with pytest.raises(RunExistsError):
+        store.create(record(state='{"other":true}'))
+    assert store.load("run-1").state == '{"step":0}'
+
+
+def test_unknown_run_raises_not_found(store: CheckpointStore) -> None:
+    with pytest.raises(RunNotFoundError):
+        store.load("nope")
+    with pytest.raises(RunNotFoundError):
+        store.claim("nope", 1)
+    with pytest.raises(RunNotFoundError):
+        store.save(record("nope"), 1)
+
+
+def test_claim_bumps_epoch_and_version(store: CheckpointStore) -> None:
+    store.create(record())
+    claimed = store.claim("run-1", 1)
+    assert (claimed.version, claimed.epoch) == (2, 1)
+    assert store.load("run-1") == claimed
+    with pytest.raises(FencedError):
+        store.claim("run-1", 1)
+    assert store.load("run-1") == claimed
+
+
+def test_save_bumps_version_keeps_epoch_and_replaces_fields(store: CheckpointStore) -> None:
+    store.create(record())
+    claimed = store.claim("run-1", 1)
+    # The caller's epoch and version are ignored: the store owns both counters.
+    update = record(state='{"step":1}', status="ready_for_next_step", epoch=99, version=42, meta={"k": "v"})
+    saved = store.save(update, claimed.version)
+    assert (saved.version, saved.epoch) == (3, 1)
+    assert (saved.state, saved.status, saved.meta) == ('{"step":1}', "ready_for_next_step", {"k": "v"})
+    assert store.load("run-1") == saved
+
+
+def test_save_with_stale_version_raises_fenced_and_writes_nothing(store: CheckpointStore) -> None:
+    store.create(record())
+    current = store.save(record(state='{"step":1}'), 1)
+    with pytest.raises(FencedError):
+        store.save(record(state='{"stale":true}'), 1)
+    assert store.load("run-1") == current
+
+
+def test_loaded_records_do_not_alias_the_store(store: CheckpointStore) -> None:
+    store.create(record(meta={"a": "1"}))
+    store.load("run-1").meta["a"] = "changed"
+    assert store.load("run-1").meta == {"a": "1"}
+
+
+# --- chunk log ------------------------------------------------------------------------------------
+
+
+def test_never_written_log_is_empty(log: ChunkLog) -> None:
+    assert log.count("run-1") == 0
+    assert log.read("run-1", 0) == []
+    assert log.read("run-1", 5, limit=3) == []
+
+
+def test_open_returns_the_count(log: ChunkLog) -> None:
+    assert log.open("run-1", 1) == 0
+    log.append("run-1", 0, chunks(0, 3), 1)
+    assert log.open("run-1", 2) == 3
+
+
+def test_append_and_read_at_any_start(log: ChunkLog) -> None:
+    expected: list[str] = []
+    for size in (1, 4, 2, 7, 1, 3):  # segments of varied sizes
+        batch = chunks(len(expected), size)
+        assert log.append("run-1", len(expected), batch, 0) == len(expected) + size
+        expected += batch
+    assert log.count("run-1") == len(expected)
+    for start in range(len(expected) + 2):
+        assert log.read("run-1", start) == expected[start:], start
+        for limit in (0, 1, 2, 5, 100):
+            assert log.read("run-1", start, limit) == expected[start : start + limit], (start, limit)
+
+
+def test_runs_are_independent(log: ChunkLog) -> None:
+    log.append("run-a", 0, ["a0", "a1"], 0)
+    log.append("run-b", 0, ["b0"], 0)
+    assert log.read("run-a", 0) == ["a0", "a1"]
+    assert log.read("run-b", 0) == ["b0"]
+
+
+def test_append_at_wrong_start_raises_conflict_and_writes_nothing(log: ChunkLog) -> None:
+    log.append("run-1", 0, chunks(0, 3), 0)
+    for start in (0, 2, 4, -1):
+        with pytest.raises(LogConflictError):
+            log.append("run-1", start, ["x"], 0)
+    assert log.count("run-1") == 3
+    assert log.read("run-1", 0) == chunks(0, 3)
+
+
+def test_append_is_atomic(log: ChunkLog) -> None:
+    # A chunk the log cannot store fails the whole append, not just its own line.
+    log.append("run-1", 0, ["a"], 0)
+    with pytest.raises(ValueError):
+        log.append("run-1", 1, ["b", "c\nd", "e"], 0)
+    assert log.read("run-1", 0) == ["a"]
+    assert log.append("run-1", 1, ["b", "c"], 0) == 3
+
+
+def test_empty_append_changes_nothing(log: ChunkLog) -> None:
+    log.append("run-1", 0, ["a"], 0)
+    assert log.append("run-1", 1, [], 0) == 1
+    assert log.append("run-1", 1, ["b"], 0) == 2
+    assert log.read("run-1", 0) == ["a", "b"]
+
+
+def test_chunks_round_trip_exactly(log: ChunkLog) -> None:
+    odd = ['{"t":"caf\u00e9 \u2028 \u2029 \r \\n"}', "{}", '{"emoji":"\U0001f600"}', " spaced "]
+    log.append("run-1", 0, odd, 0)
+    assert log.read("run-1", 0) == odd
+
+
+def test_negative_read_arguments_are_rejected(log: ChunkLog) -> None:
+    with pytest.raises(ValueError):
+        log.read("run-1", -1)
+    with pytest.raises(ValueError):
+        log.read("run-1", 0, -1)
+
+
+def test_log_fence(log: ChunkLog) -> None:
+    log.open("run-1", 2)
+    with pytest.raises(FencedError):
+        log.open("run-1", 1)
+    # A newer epoch may append without open(); it then holds the fence.
+    log.append("run-1", 0, ["a"], 3)
+    with pytest.raises(FencedError):
+        log.append("run-1", 1, ["b"], 2)
+    assert log.open("run-1", 3) == 1
+
+
+# --- fencing across both ports --------------------------------------------------------------------
+
+
+def test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks(
+    store: CheckpointStore, log: ChunkLog
+) -> None:
+    store.create(record())
+    # Slice A claims the run and starts writing.
+    a = store.claim("run-1", 1)
+    assert a.epoch == 1
+    count = log.open("run-1", a.epoch)
+    log.append("run-1", count, ["a0", "a1"], a.epoch)
+    a = store.save(record(state='{"by":"A"}'), a.version)
+
+    # Slice B (a retry overlapping a slow A) claims later and opens the log.
+    b = store.claim("run-1", store.load("run-1").version)
+    assert b.epoch == 2
+    assert log.open("run-1", b.epoch) == 2
+    before = store.load("run-1")
+
+    with pytest.raises(FencedError):
+        store.save(record(state='{"by":"A, stale"}'), a.version)
+    assert store.load("run-1") == before
+
+    # A appends exactly where the log ends: only the fence can stop it, so it must be FencedError
+    # itself and not the LogConflictError subclass.
+    with pytest.raises(FencedError) as info:
+        log.append("run-1", 2, ["a2"], a.epoch)
+    assert type(info.value) is FencedError
+    assert log.count("run-1") == 2
+    assert log.read("run-1", 0) == ["a0", "a1"]
+
+    assert log.append("run-1", 2, ["b0"], b.epoch) == 3
+    saved = store.save(record(state='{"by":"B"}'), b.version)
+    assert (saved.state, saved.epoch) == ('{"by":"B"}', 2)
+    assert log.read("run-1", 0) == ["a0", "a1", "b0"]

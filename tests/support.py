@@ -1,0 +1,123 @@
+"""Shared test helpers: a real uvicorn server on loopback, crash injection, SSE reading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from durable_harness.ports import Checkpoint, CheckpointStore, ChunkLog
+from durable_harness.protocol.assemble import assemble_ui_message
+from durable_harness.protocol.sse import SSEParser
+from durable_harness.server.app import ChatApp
+
+
+class SimulatedCrash(BaseException):
+    """A slice dying abruptly (like a Lambda timeout): not an error any code path handles."""
+
+
+class CrashingLog:
+    """A chunk log that crashes on the ``crash_on``-th append (1-based), before or after writing it."""
+
+    def __init__(self, inner: ChunkLog, crash_on: int, *, after_write: bool = False) -> None:
+        self.inner = inner
+        self.crash_on = crash_on
+        self.after_write = after_write
+        self.appends = 0
+
+    def open(self, run_id: str, epoch: int) -> int:
+        return self.inner.open(run_id, epoch)
+
+    def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
+        self.appends += 1
+        if self.appends == self.crash_on and not self.after_write:
+            raise SimulatedCrash(f"crash before append {self.appends}")
+        count = self.inner.append(run_id, start, chunks, epoch)
+        if self.appends == self.crash_on:
+            raise SimulatedCrash(f"crash after append {self.appends}")
+        return count
+
+    def read(self, run_id: str, start: int, limit: int | None = None) -> list[str]:
+        return self.inner.read(run_id, start, limit)
+
+    def count(self, run_id: str) -> int:
+        return self.inner.count(run_id)
+
+
+class CrashingStore:
+    """A checkpoint store that crashes on the ``crash_on``-th ``save`` (1-based), before writing it."""
+
+    def __init__(self, inner: CheckpointStore, crash_on: int) -> None:
+        self.inner = inner
+        self.crash_on = crash_on
+        self.saves = 0
+
+    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+        return self.inner.create(checkpoint)
+
+    def load(self, run_id: str) -> Checkpoint:
+        return self.inner.load(run_id)
+
+    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+        return self.inner.claim(run_id, expected_version)
+
+    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+        self.saves += 1
+        if self.saves == self.crash_on:
+            raise SimulatedCrash(f"crash before save {self.saves}")
+        return self.inner.save(checkpoint, expected_version)
+
+
+def log_chunks(log: ChunkLog, run_id: str) -> list[dict[str, Any]]:
+    """Every chunk of a run's log, parsed."""
+    return [json.loads(c) for c in log.read(run_id, 0)]
+
+
+def message_of(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message the AI SDK client assembles from these chunks."""
+    return assemble_ui_message(chunks)
+
+
+def parse_sse_body(body: bytes) -> list[dict[str, Any]]:
+    """The JSON chunks of an SSE body ([DONE] and comments skipped)."""
+    parser = SSEParser()
+    return [json.loads(data) for data in parser.feed(body) if data != "[DONE]"]
+
+
+@contextmanager
+def serve(app: ChatApp) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a loopback port in a background thread; yields the base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="on", log_level="warning")
+    server = uvicorn.Server(config)
+    loop_ready = threading.Event()
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        loop_ready.set()
+        loop.run_until_complete(server.serve(sockets=[sock]))
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    loop_ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+def user_message(text: str, message_id: str = "u1") -> dict[str, Any]:
+    """A UI user message as the client sends it."""
+    return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
