@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # A second interpreter for the suite (the code supports 3.11 and 3.12); skipped if absent.
-PYTHON312 ?= $(shell command -v python3.12 2>/dev/null || ls $(HOME)/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -n 1)
+PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(command -v python3.12); do "$$p" -c 'import sys' 2>/dev/null && echo "$$p" && break; done)
 
 .PHONY: dev test setup node-setup lint typecheck test-python test-python312 test-node clean
 
