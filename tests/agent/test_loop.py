@@ -74,12 +74,11 @@ async def test_invalid_input_unknown_tools_and_exceptions_become_error_results()
     chunks, final = await run_turn(ToolLoopAgent(model=model, tools=[add, explode]))
     assert final.status == "finished"
     by_call = {c.get("toolCallId"): c for c in chunks if c["type"] in ("tool-output-error", "tool-input-error")}
-    assert (
-        by_call["c1"]["type"] == "tool-output-error"
-        and "a: Input should be a valid integer" in by_call["c1"]["errorText"]
-    )
+    assert by_call["c1"]["type"] == "tool-input-error" and by_call["c1"]["input"] == {"a": "not a number", "b": 1}
+    assert "a: Input should be a valid integer" in by_call["c1"]["errorText"]
     assert by_call["c2"]["type"] == "tool-input-error" and by_call["c2"]["dynamic"] is True
     assert by_call["c3"]["type"] == "tool-input-error" and by_call["c3"]["input"] == "{broken"
+    assert "JSON parsing failed" in by_call["c3"]["errorText"]
     assert by_call["c4"] == {"type": "tool-output-error", "toolCallId": "c4", "errorText": "Error: kaboom"}
     results = model.requests[1].messages[-1].to_dict()["content"]
     outputs = {r["toolCallId"]: r["output"] for r in results}

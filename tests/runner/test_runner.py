@@ -49,7 +49,7 @@ def make_agent(executions: Counter[str], crash_tool: dict[str, int] | None = Non
             text_step("Alpha and beta are fine; gamma has 5 letters."),
         ]
     )
-    return ToolLoopAgent(model=model, instructions="Be brief.", tools=[fetch, count])
+    return ToolLoopAgent(model=model, instructions="Be brief.", tools=[fetch, count], tool_call_concurrency=1)
 
 
 CALLS = {"c1": "fetch:alpha", "c2": "fetch:beta", "c3": "count:gamma"}

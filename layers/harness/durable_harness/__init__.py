@@ -2,6 +2,30 @@
 
 Agent turns run as time-sliced executions, checkpointed and streamed through a chunk log, and
 served to the Vercel AI SDK client (``useChat`` + ``WorkflowChatTransport``) unchanged.
+
+Define an agent with :class:`Agent` (the tool-loop agent) and :func:`tool`.
 """
 
+from .agent.control import CallOptions, Timeouts, has_tool_call, step_count_is
+from .agent.loop import DEFAULT_MAX_STEPS, ToolLoopAgent
+from .agent.tools import Tool, ToolContext, tool
+from .approvals import ApprovalSecret
+
+Agent = ToolLoopAgent
+"""The agent class (an alias of :class:`ToolLoopAgent`)."""
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "Agent",
+    "ApprovalSecret",
+    "CallOptions",
+    "Timeouts",
+    "Tool",
+    "ToolContext",
+    "ToolLoopAgent",
+    "has_tool_call",
+    "step_count_is",
+    "tool",
+]

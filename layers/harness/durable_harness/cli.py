@@ -12,7 +12,7 @@ from typing import Any
 
 from .agent.protocol import HarnessWorkflowAgent
 
-DEFAULT_AGENT = "durable_harness.demo:build_demo_agent"
+DEFAULT_AGENT = "my_agent:build_agent"
 
 
 def load_agent(spec: str, **kwargs: Any) -> HarnessWorkflowAgent:

@@ -1,4 +1,7 @@
-"""The demo agent: the demo model plus a made-up weather tool. Used by ``make dev`` and tests."""
+"""The library's demo agent: the demo model with a plain tool and one that needs approval.
+
+Tests, benchmarks and the examples use it; your own agent lives in ``layers/harness/my_agent.py``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from .agent.loop import ToolLoopAgent
 from .agent.tools import Tool, tool
+from .approvals import ApprovalSecret
 from .models.demo import DemoModel
 
 
@@ -25,13 +29,32 @@ def get_weather(input: WeatherInput) -> dict[str, object]:
     return {"city": input.city.strip(), "tempC": digest[1] % 35 - 5, "conditions": conditions}
 
 
-DEMO_TOOLS: list[Tool] = [get_weather]
+class NoteInput(BaseModel):
+    """Input of the demo note tool."""
+
+    title: str = Field(min_length=1, max_length=80)
+    text: str = Field(max_length=10_000)
 
 
-def build_demo_agent(*, delay: float = 0.03) -> ToolLoopAgent:
+SAVED_NOTES: dict[str, str] = {}
+"""Where the demo ``save_note`` keeps notes (in memory: this is a demo)."""
+
+
+@tool(needs_approval=True)
+def save_note(input: NoteInput) -> dict[str, object]:
+    """Save a note. Every call waits for the user's approval."""
+    SAVED_NOTES[input.title] = input.text
+    return {"saved": input.title, "notes": len(SAVED_NOTES)}
+
+
+DEMO_TOOLS: list[Tool] = [get_weather, save_note]
+
+
+def build_demo_agent(*, delay: float = 0.03, approval_secret: ApprovalSecret | None = None) -> ToolLoopAgent:
     """The demo agent; ``delay`` seconds between streamed pieces (0 for tests and benchmarks)."""
     return ToolLoopAgent(
         model=DemoModel(delay=delay),
         instructions="You are a helpful assistant. Use tools when they help.",
         tools=DEMO_TOOLS,
+        approval_secret=approval_secret,
     )

@@ -72,12 +72,27 @@ class LogConflictError(FencedError):
 
 
 class ModelError(HarnessError):
-    """A model call failed. ``retryable`` tells whether calling again may succeed."""
+    """A model call failed. ``retryable`` tells whether calling again may succeed.
 
-    def __init__(self, message: str, *, retryable: bool = False, status_code: int | None = None) -> None:
+    ``retry_after`` (seconds) is the provider's hint (``retry-after-ms`` / ``Retry-After``), if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class OutputError(HarnessError):
+    """The model's final answer does not parse as the agent's structured output; the run fails."""
 
 
 class ToolError(HarnessError):

@@ -37,9 +37,10 @@ export async function freePort() {
 
 /**
  * Start `python -m durable_harness serve` on a free port with a fresh temp data dir, and wait
- * until `GET /health` answers 200. Returns `{ base, port, dataDir, logs(), stop() }`.
+ * until `GET /health` answers 200. Returns `{ base, port, dataDir, logs(), stop() }`. `env` adds
+ * (or overrides) environment variables of the server process, e.g. `TOOL_APPROVAL_SECRET`.
  */
-export async function startServer({ demoDelay = 0.005, attempts = 150, intervalMs = 100 } = {}) {
+export async function startServer({ demoDelay = 0.005, attempts = 150, intervalMs = 100, env = {} } = {}) {
   const port = await freePort();
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'dh-node-compat-'));
   const args = [
@@ -54,7 +55,7 @@ export async function startServer({ demoDelay = 0.005, attempts = 150, intervalM
     cwd: REPO_ROOT,
     detached: true, // own process group, so stop() can kill the whole group
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, PYTHONUNBUFFERED: '1' },
+    env: { ...process.env, PYTHONUNBUFFERED: '1', ...env },
   });
   let stdout = '';
   let stderr = '';
@@ -230,9 +231,12 @@ export function tapSseBody(body, { onChunk, cutAfter = Infinity, cutMode = 'clos
  * A `fetch` for the transport that records each request as
  * `{ method, url, startIndex, status, headers, chunks, bodyText }` (chunks = parsed UI chunks that
  * the client was given). `cut(request, indexOfSameMethod)` may return `{ after, mode }` to cut that
- * response body after `after` chunk events.
+ * response body after `after` chunk events. `rewrite(parsedBody, request, indexOfSameMethod)` may
+ * return a replacement for a JSON request body (or undefined to send it unchanged), e.g. to tamper
+ * with what the client sends; `request.originalBody` then keeps what the client meant to send and
+ * `request.requestBody` what went on the wire.
  */
-export function recordingFetch({ cut } = {}) {
+export function recordingFetch({ cut, rewrite } = {}) {
   const requests = [];
   const counters = { POST: 0, GET: 0 };
   const wrapped = async (input, init = {}) => {
@@ -246,12 +250,20 @@ export function recordingFetch({ cut } = {}) {
       path: u.pathname,
       startIndex: u.searchParams.has('startIndex') ? Number(u.searchParams.get('startIndex')) : undefined,
       requestBody: typeof init.body === 'string' ? init.body : undefined,
+      originalBody: typeof init.body === 'string' ? init.body : undefined,
       status: undefined,
       headers: undefined,
       chunks: [],
       cutAt: undefined,
     };
     requests.push(record);
+    if (rewrite && record.requestBody !== undefined) {
+      const replacement = rewrite(JSON.parse(record.requestBody), record, nth - 1);
+      if (replacement !== undefined) {
+        record.requestBody = JSON.stringify(replacement);
+        init = { ...init, body: record.requestBody };
+      }
+    }
     const response = await fetch(input, init);
     record.status = response.status;
     record.headers = response.headers;

@@ -1,307 +1,490 @@
-"""The built-in tool-loop agent: call the model, run the tools it asks for, repeat until it stops.
+"""The built-in tool-loop agent (WorkflowAgent parity): call the model, run tools, repeat.
 
-Every step is split at boundaries the durable runner checkpoints: after the model call (so a crash
-while tools run never repeats the model call), after each tool result (so a finished tool never
-runs again), and at the end of the step.
+Each step is split at boundaries the durable runner checkpoints: after the model call (a crash
+while tools run never repeats the model call), after each tool result (a finished tool never runs
+again), and at the end of the step. Approvals pause the turn; the next turn's messages continue it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Any, Literal
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ValidationError
 
-from ..errors import AgentConfigError, ModelError, ToolError
+from ..approvals import ApprovalSecret, approval_id_for
+from ..errors import AgentConfigError, ModelError, OutputError, ToolError
 from ..ids import new_id
-from ..messages import (
-    AssistantContent,
-    AssistantMessage,
-    ErrorTextOutput,
-    JsonOutput,
-    ModelMessage,
-    ReasoningPart,
-    TextOutput,
-    TextPart,
-    ToolCallPart,
-    ToolMessage,
-    ToolResultOutput,
-    ToolResultPart,
-)
+from ..messages import AssistantMessage, ModelMessage, SystemMessage, ToolApprovalRequestPart, ToolMessage
 from ..models.base import LanguageModel, ModelRequest
 from ..protocol import harness_parts as hp
-from ..protocol.ui_chunks import ToolOutputErrorChunk
+from .control import Callback, CallOptions, PrepareHook, RepairToolCall, StopCondition, Timeouts, step_count_is
+from .execution import ToolRunner, answered_approvals, result_events, result_part
+from .modelcall import StepResult, stream_model_step
 from .protocol import AgentEvent, Boundary
+from .state import CallOverrides, LoopTurnState, StepCall, StepSummary
 from .tools import Tool
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_MAX_STEPS = 20
-"""Steps a turn may take before it is stopped, so a looping model cannot burn money forever."""
-
-
-class StepCall(BaseModel):
-    """A tool call of the current step, in the model's order."""
-
-    tool_call_id: str
-    tool_name: str
-    input: Any = None
-    invalid_error: str | None = None
-    provider_executed: bool = False
-
-
-class StepOutcome(BaseModel):
-    """The result of one tool call of the current step."""
-
-    tool_call_id: str
-    tool_name: str
-    output: Any = None
-    error: str | None = None
-
-
-class LoopTurnState(BaseModel):
-    """The serializable state of a turn of :class:`ToolLoopAgent` (checkpointed at boundaries)."""
-
-    messages: list[ModelMessage]
-    step: int = 0
-    phase: Literal["model", "tools"] = "model"
-    step_calls: list[StepCall] = Field(default_factory=list)
-    step_outcomes: list[StepOutcome] = Field(default_factory=list)
-    step_finish_reason: str = "stop"
-    step_usage: tuple[int, int] = (0, 0)
-    total_usage: tuple[int, int] = (0, 0)
+"""Steps a turn may take unless ``stop_when`` says otherwise, so a looping model cannot burn money."""
 
 
 class ToolLoopAgent:
-    """An agent with instructions, a model and server-executed tools."""
+    """An agent: instructions, a model, tools, and the options of the AI SDK's WorkflowAgent.
+
+    ``model`` is a :class:`LanguageModel` or a spec string (``"demo"``, ``"bedrock:<id>"``,
+    ``"openai:<model>"``, ``"anthropic:<model>"``). ``stop_when`` defaults to
+    ``[step_count_is(20)]``; pass your own list to raise the cap, or ``[]`` to remove it.
+    Callbacks may be sync or async; in a durable run a callback of a step that is redone after
+    a crash runs again (at-least-once).
+    """
 
     def __init__(
         self,
         *,
-        model: LanguageModel,
+        model: LanguageModel | str,
         instructions: str | None = None,
         tools: Sequence[Tool] = (),
-        max_steps: int | None = DEFAULT_MAX_STEPS,
+        stop_when: Sequence[StopCondition] | None = None,
+        max_total_tokens: int | None = None,
+        output: type[BaseModel] | None = None,
+        tool_choice: Any = "auto",
+        active_tools: Sequence[str] | None = None,
+        tool_call_concurrency: int | None = None,
+        runtime_context: Any = None,
+        tools_context: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        allow_system_in_messages: bool = False,
+        approval_secret: ApprovalSecret | None = None,
+        max_retries: int = 2,
+        retry_initial_delay: float = 2.0,
+        timeout: Timeouts | None = None,
+        repair_tool_call: RepairToolCall | None = None,
+        prepare_call: PrepareHook | None = None,
+        prepare_step: PrepareHook | None = None,
+        on_start: Callback | None = None,
+        on_step_start: Callback | None = None,
+        on_tool_execution_start: Callback | None = None,
+        on_tool_execution_end: Callback | None = None,
+        on_step_end: Callback | None = None,
+        on_end: Callback | None = None,
+        on_error: Callback | None = None,
+        on_abort: Callback | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.model = model
+        self.model = _resolve(model)
         self.instructions = instructions
         self.tools = {t.name: t for t in tools}
         if len(self.tools) != len(tools):
             raise AgentConfigError("two tools have the same name")
-        self.max_steps = max_steps
+        unknown = set(active_tools or ()) - self.tools.keys()
+        if unknown:
+            raise AgentConfigError(f"active_tools names unknown tools: {sorted(unknown)}")
+        if tool_call_concurrency is not None and tool_call_concurrency < 1:
+            raise AgentConfigError("tool_call_concurrency must be at least 1 (or None for unlimited)")
+        self.stop_when = list(stop_when) if stop_when is not None else [step_count_is(DEFAULT_MAX_STEPS)]
+        self.max_total_tokens = max_total_tokens
+        self.output = output
+        self.tool_choice = tool_choice
+        self.active_tools = list(active_tools) if active_tools is not None else None
+        self.runtime_context = _json_ready(runtime_context, "runtime_context")
+        self.tools_context = _validate_tools_context(self.tools, tools_context or {})
+        self.settings = dict(settings or {})
+        self.allow_system_in_messages = allow_system_in_messages
+        self.approval_secret = approval_secret if approval_secret is not None else ApprovalSecret()
+        self.max_retries = max_retries
+        self.retry_initial_delay = retry_initial_delay
+        self.timeout = timeout or Timeouts()
+        self.repair_tool_call = repair_tool_call
+        self.prepare_call, self.prepare_step = prepare_call, prepare_step
+        self.callbacks = {
+            "start": on_start, "step_start": on_step_start, "tool_start": on_tool_execution_start,
+            "tool_end": on_tool_execution_end, "step_end": on_step_end, "end": on_end,
+            "error": on_error, "abort": on_abort,
+        }  # fmt: skip
+        self.sleep = sleep
+        self.runner = ToolRunner(
+            self.tools,
+            concurrency=tool_call_concurrency,
+            runtime_context=self.runtime_context,
+            tools_context=self.tools_context,
+            on_start=lambda call: self._callback("tool_start", call),
+            on_end=lambda call, outcome: self._callback("tool_end", call, outcome),
+        )
+
+    # --- the HarnessWorkflowAgent protocol ---------------------------------------------------------
 
     @property
     def tool_names(self) -> Collection[str]:
-        """Names of the host tools."""
+        """Names of the agent's tools."""
         return self.tools.keys()
 
     def has_output(self) -> bool:
-        """The tool-loop agent has no structured output (yet)."""
-        return False
+        """True when the agent parses structured output at the end of a turn."""
+        return self.output is not None
 
     def create_session(self, session_id: str | None = None) -> str:
         """Sessions are stateless here: the conversation travels in the turn's messages."""
         return session_id or new_id("sess")
 
+    def sign_approval(self, approval_id: str, tool_call_id: str, tool_name: str, tool_input: Any) -> str | None:
+        """Sign an approval request (None when no secret is configured)."""
+        return self.approval_secret.sign(approval_id, tool_call_id, tool_name, tool_input)
+
     def stream(self, session_id: str, messages: list[ModelMessage]) -> AsyncIterator[AgentEvent]:
-        """Start a turn."""
-        return self._run(LoopTurnState(messages=list(messages)), replay=False)
+        """Start a turn on the conversation ``messages``."""
+        if not self.allow_system_in_messages and any(isinstance(m, SystemMessage) for m in messages):
+            raise AgentConfigError("system messages are not allowed in the messages (use instructions)")
+        return self._guard(LoopTurnState(messages=list(messages)), replay=False, fresh=True)
 
     def continue_stream(
         self, session_id: str, continue_from: dict[str, Any], *, replay_step: bool = False
     ) -> AsyncIterator[AgentEvent]:
         """Continue a turn from its last boundary."""
-        return self._run(LoopTurnState.model_validate(continue_from), replay=replay_step)
+        return self._guard(LoopTurnState.model_validate(continue_from), replay=replay_step, fresh=False)
 
-    # --- the loop ---------------------------------------------------------------------------------
+    # --- the loop ----------------------------------------------------------------------------------
 
-    async def _run(self, state: LoopTurnState, *, replay: bool) -> AsyncIterator[AgentEvent]:
-        if state.phase == "tools":
-            if replay:
-                for item in self._replay_step(state):
-                    yield item
-            async for item in self._finish_tools(state):
-                yield item
-        while not self._should_stop(state):
-            async for item in self._call_model(state):
-                yield item
-            if state.phase == "model":
+    async def _guard(self, state: LoopTurnState, *, replay: bool, fresh: bool) -> AsyncIterator[AgentEvent]:
+        try:
+            async for event in self._run(state, replay=replay, fresh=fresh):
+                yield event
+        except (ModelError, OutputError) as exc:
+            await self._callback("error", exc)
+            raise
+        except asyncio.CancelledError:
+            await self._callback("abort", state.steps)
+            raise
+
+    async def _run(self, state: LoopTurnState, *, replay: bool, fresh: bool) -> AsyncIterator[AgentEvent]:
+        if fresh:
+            await self._prepare_call(state)
+            await self._callback("start", state.messages)
+            calls, denied = answered_approvals(state.messages, self.approval_secret, self.tools)
+            if calls or denied:
+                state.phase, state.approval_step, state.step_calls = "tools", True, calls
+                for chunk in denied:
+                    yield chunk
+                yield Boundary("model", _dump(state))
+        elif state.phase == "tools" and replay:
+            for event in self._replay_step(state):
+                yield event
+        while True:
+            if state.phase == "tools":
+                async for event in self._tools_phase(state):
+                    yield event
+            if state.pending_approvals or state.client_calls or self._should_stop(state):
                 break
-            async for item in self._finish_tools(state):
-                yield item
-        yield hp.FinishPart(
-            finish_reason=hp.FinishReason(unified=state.step_finish_reason),  # type: ignore[arg-type]
-            total_usage=_usage(state.total_usage),
-        )
-        yield Boundary("end", _dump(state))
+            async for event in self._model_phase(state):
+                yield event
+        async for event in self._end(state):
+            yield event
 
     def _should_stop(self, state: LoopTurnState) -> bool:
-        if state.step == 0:
+        if not state.steps:
             return False
-        last = state.messages[-1] if state.messages else None
-        if not isinstance(last, ToolMessage):
+        if not isinstance(state.messages[-1], ToolMessage):
             return True
-        return self.max_steps is not None and state.step >= self.max_steps
+        if self.max_total_tokens is not None and sum(state.total_usage) >= self.max_total_tokens:
+            state.stop_reason = "token_budget"
+            return True
+        if any(condition(state.steps) for condition in self.stop_when):
+            state.stop_reason = "stop_condition"
+            return True
+        return False
 
-    async def _call_model(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+    async def _model_phase(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+        total = self.timeout.total
+        if total is not None and time.time() - state.started_at > total:
+            raise ModelError(f"The run exceeded its total time limit of {total:g} s.")
+        options = await self._step_options(state)
+        model = _resolve(options.model) if options.model else self.model
+        active = options.active_tools
         request = ModelRequest(
-            instructions=self.instructions,
-            messages=state.messages,
-            tools=[t.definition() for t in self.tools.values()],
+            instructions=options.instructions,
+            messages=options.messages,
+            tools=[t.definition() for t in self.tools.values() if active is None or t.name in active],
+            tool_choice=options.tool_choice,
+            response_format=self.output.model_json_schema() if self.output else None,
+            settings=options.settings,
         )
-        content: list[AssistantContent] = []
-        texts: dict[str, TextPart | ReasoningPart] = {}
-        calls: list[StepCall] = []
-        reason, used = "stop", (0, 0)
-        async for part in self.model.stream(request):
-            if isinstance(part, hp.TextStartPart | hp.ReasoningStartPart):
-                block: TextPart | ReasoningPart = (
-                    TextPart(text="") if isinstance(part, hp.TextStartPart) else ReasoningPart(text="")
-                )
-                texts[part.id] = block
-                content.append(block)
-            elif isinstance(part, hp.TextDeltaPart | hp.ReasoningDeltaPart):
-                if part.id in texts:
-                    texts[part.id].text += part.delta
-            elif isinstance(part, hp.ReasoningEndPart) and part.harness_metadata and part.id in texts:
-                texts[part.id].provider_options = part.harness_metadata
-            elif isinstance(part, hp.ToolCallPart):
-                call = self._parse_call(part)
-                calls.append(call)
-                content.append(
-                    ToolCallPart(
-                        tool_call_id=call.tool_call_id,
-                        tool_name=call.tool_name,
-                        input=call.input,
-                        provider_executed=True if call.provider_executed else None,
-                    )
-                )
-            elif isinstance(part, hp.FinishPart):
-                reason = part.finish_reason.unified
-                used = (_int(part.total_usage.input_tokens.total), _int(part.total_usage.output_tokens.total))
-                continue  # the agent emits its own finish-step / finish
-            elif isinstance(part, hp.ErrorPart):
-                raise ModelError(_error_text(part.error))
-            yield part
-        state.messages.append(AssistantMessage(content=[c for c in content if not _empty(c)]))
-        state.step_finish_reason = reason
-        state.step_usage = used
-        state.total_usage = (state.total_usage[0] + used[0], state.total_usage[1] + used[1])
-        state.step_calls = [c for c in calls if not c.provider_executed]
-        state.step_outcomes = []
-        if state.step_calls:
-            state.phase = "tools"
+        await self._callback("step_start", state.step, options)
+        result = StepResult()
+        async for item in stream_model_step(
+            model, request, result, validate=self._validate_call, max_retries=self.max_retries,
+            timeouts=self.timeout, retry_initial_delay=self.retry_initial_delay, sleep=self.sleep,
+        ):  # fmt: skip
+            yield item
+        state.messages.append(AssistantMessage(content=[c for c in result.content if not _empty(c)]))
+        state.step_finish_reason = result.finish_reason
+        state.step_usage = result.usage
+        state.total_usage = (state.total_usage[0] + result.usage[0], state.total_usage[1] + result.usage[1])
+        state.steps.append(
+            StepSummary(
+                number=state.step, finish_reason=result.finish_reason, text=result.text,
+                tool_calls=[c.tool_name for c in result.calls],
+                input_tokens=result.usage[0], output_tokens=result.usage[1],
+            )
+        )  # fmt: skip
+        state.step_calls, state.step_outcomes, state.reported = result.calls, [], 0
+        if result.calls:
+            state.phase, state.approval_step = "tools", False
             yield Boundary("model", _dump(state))
         else:
-            state.step += 1
-            yield _finish_step(state)
-            yield Boundary("step", _dump(state))
+            async for event in self._end_step(state):
+                yield event
 
-    def _parse_call(self, part: hp.ToolCallPart) -> StepCall:
-        call = StepCall(
-            tool_call_id=part.tool_call_id,
-            tool_name=part.tool_name,
-            provider_executed=bool(part.provider_executed),
-        )
-        try:
-            call.input = json.loads(part.input) if part.input.strip() else {}
-        except json.JSONDecodeError as exc:
-            call.input = part.input
-            call.invalid_error = f"Invalid JSON input for tool {part.tool_name}: {exc.msg}"
-            return call
-        if not call.provider_executed and part.tool_name not in self.tools:
-            available = ", ".join(sorted(self.tools)) or "none"
-            call.invalid_error = (
-                f"Model tried to call unavailable tool '{part.tool_name}'. Available tools: {available}."
-            )
-        return call
+    async def _tools_phase(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+        runnable: list[StepCall] = []
+        if not state.approval_step:
+            for event in self._sort_calls(state, runnable):
+                yield event
+        else:
+            runnable = list(state.step_calls)
+        async for item in self.runner.run_step(state, runnable):
+            if item is None:
+                yield Boundary("tool-result", _dump(state))
+            else:
+                yield item
+        waiting = set(state.pending_approvals) | set(state.client_calls)
+        results = [result_part(o) for o in _ordered(state) if o.tool_call_id not in waiting]
+        if state.approval_step:
+            last = state.messages[-1]
+            assert isinstance(last, ToolMessage)
+            last.content.extend(results)
+        elif results:
+            state.messages.append(ToolMessage(content=list(results)))
+        async for event in self._end_step(state):
+            yield event
 
-    async def _finish_tools(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
-        done = {o.tool_call_id for o in state.step_outcomes}
+    def _sort_calls(self, state: LoopTurnState, runnable: list[StepCall]) -> list[AgentEvent]:
+        """Split the step's calls: run now, wait for approval, or leave to the client."""
+        if state.pending_approvals or state.client_calls or state.step_outcomes:
+            # Sorted already before a checkpoint: recompute the same split without new events.
+            waiting = set(state.pending_approvals) | set(state.client_calls)
+            runnable.extend(c for c in state.step_calls if c.tool_call_id not in waiting)
+            return []
+        events: list[AgentEvent] = []
+        assistant = state.messages[-1]
         for call in state.step_calls:
-            if call.tool_call_id in done:
-                continue
-            outcome = await self._execute(call)
-            state.step_outcomes.append(outcome)
-            if outcome.error is None:
-                yield hp.ToolResultPart(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=outcome.output)
-            elif call.invalid_error is None:
-                yield ToolOutputErrorChunk(tool_call_id=call.tool_call_id, error_text=outcome.error)
-            yield Boundary("tool-result", _dump(state))
-        by_id = {o.tool_call_id: o for o in state.step_outcomes}
-        state.messages.append(ToolMessage(content=[_result_part(by_id[c.tool_call_id]) for c in state.step_calls]))
-        state.phase = "model"
-        state.step += 1
-        state.step_calls, state.step_outcomes = [], []
-        yield _finish_step(state)
+            tool = self.tools.get(call.tool_name)
+            if call.invalid_error is None and tool is not None and tool.client_side:
+                state.client_calls.append(call.tool_call_id)
+            elif call.invalid_error is None and tool is not None and self._needs_approval(tool, call, state):
+                state.pending_approvals.append(call.tool_call_id)
+                approval_id = approval_id_for(call.tool_call_id)
+                events.append(hp.ToolApprovalRequestPart(approval_id=approval_id, tool_call_id=call.tool_call_id))
+                if isinstance(assistant, AssistantMessage):
+                    assistant.content.append(
+                        ToolApprovalRequestPart(approval_id=approval_id, tool_call_id=call.tool_call_id)
+                    )
+            else:
+                runnable.append(call)
+        return events
+
+    def _needs_approval(self, tool: Tool, call: StepCall, state: LoopTurnState) -> bool:
+        try:
+            validated = tool.validate(call.input)
+        except ToolError:
+            return False  # invalid input never runs; it is reported as an error instead
+        return tool.approval_needed(validated, self.runner.context(call, state.messages))
+
+    async def _end_step(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+        if not state.approval_step:
+            state.step += 1
+        state.phase, state.approval_step = "model", False
+        if not (state.pending_approvals or state.client_calls):
+            state.step_calls, state.step_outcomes, state.reported = [], [], 0
+        yield hp.FinishStepPart(
+            finish_reason=hp.FinishReason(unified=state.step_finish_reason),  # type: ignore[arg-type]
+            usage=_usage(state.step_usage),
+        )
+        if state.steps:
+            await self._callback("step_end", state.steps[-1])
         yield Boundary("step", _dump(state))
 
-    async def _execute(self, call: StepCall) -> StepOutcome:
-        outcome = StepOutcome(tool_call_id=call.tool_call_id, tool_name=call.tool_name)
-        if call.invalid_error is not None:
-            outcome.error = call.invalid_error
-            return outcome
-        tool = self.tools[call.tool_name]
+    async def _end(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+        output = self._parse_output(state) if self.output and not state.pending_approvals else None
+        reason, raw = state.step_finish_reason, None
+        if state.stop_reason == "token_budget":
+            reason, raw = "length", "token-budget"
+        yield hp.FinishPart(
+            finish_reason=hp.FinishReason(unified=reason, raw=raw),  # type: ignore[arg-type]
+            total_usage=_usage(state.total_usage),
+        )
+        await self._callback("end", state.steps, output)
+        yield Boundary("approval" if state.pending_approvals else "end", _dump(state), output)
+
+    def _parse_output(self, state: LoopTurnState) -> Any:
+        assert self.output is not None
+        text = state.steps[-1].text if state.steps else ""
         try:
-            outcome.output = await tool.run(tool.validate(call.input))
-        except ToolError as exc:
-            outcome.error = str(exc)
-        except Exception as exc:  # a tool's failure is a result the model can react to
-            outcome.error = f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}"
-        return outcome
+            return self.output.model_validate_json(text.strip()).model_dump(mode="json")
+        except ValidationError as exc:
+            raise OutputError(f"The model's final answer is not valid {self.output.__name__} output: {exc}") from exc
 
     def _replay_step(self, state: LoopTurnState) -> list[AgentEvent]:
         """What the client had seen of the current step before ``reset-step`` removed it."""
         events: list[AgentEvent] = []
-        assistant = state.messages[-1]
-        assert isinstance(assistant, AssistantMessage)
-        for i, item in enumerate(assistant.content):
-            pid = f"replay-{i}"
-            if isinstance(item, TextPart):
-                events += [hp.TextStartPart(id=pid), hp.TextDeltaPart(id=pid, delta=item.text)]
-                events.append(hp.TextEndPart(id=pid))
-            elif isinstance(item, ReasoningPart):
-                events += [hp.ReasoningStartPart(id=pid), hp.ReasoningDeltaPart(id=pid, delta=item.text)]
-                events.append(hp.ReasoningEndPart(id=pid, harness_metadata=item.provider_options))
-            elif isinstance(item, ToolCallPart):
-                raw = item.input if isinstance(item.input, str) else json.dumps(item.input)
-                events.append(
-                    hp.ToolCallPart(
-                        tool_call_id=item.tool_call_id,
-                        tool_name=item.tool_name,
-                        input=raw,
-                        provider_executed=item.provider_executed,
-                    )
-                )
+        if not state.approval_step:
+            assistant = state.messages[-1]
+            assert isinstance(assistant, AssistantMessage)
+            invalid = {c.tool_call_id: c for c in state.step_calls if c.invalid_error and not c.silent}
+            events += _content_events(assistant, invalid)
         by_id = {o.tool_call_id: o for o in state.step_outcomes}
-        for call in state.step_calls:
-            outcome = by_id.get(call.tool_call_id)
-            if outcome is None or call.invalid_error is not None:
-                continue
-            if outcome.error is None:
-                events.append(
-                    hp.ToolResultPart(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=outcome.output)
-                )
-            else:
-                events.append(ToolOutputErrorChunk(tool_call_id=call.tool_call_id, error_text=outcome.error))
+        for call in state.step_calls[: state.reported]:
+            if call.tool_call_id in by_id:
+                events += result_events(call, by_id[call.tool_call_id])
         return events
 
+    # --- helpers -----------------------------------------------------------------------------------
 
-def _result_part(outcome: StepOutcome) -> ToolResultPart:
-    output: ToolResultOutput
-    if outcome.error is not None:
-        output = ErrorTextOutput(value=outcome.error)
-    elif isinstance(outcome.output, str):
-        output = TextOutput(value=outcome.output)
-    else:
-        output = JsonOutput(value=outcome.output)
-    return ToolResultPart(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name, output=output)
+    async def _validate_call(self, part: hp.ToolCallPart) -> StepCall:
+        call = _parse_call(part, self.tools)
+        if call.invalid_error is not None and self.repair_tool_call is not None:
+            repaired = await _maybe_await(
+                self.repair_tool_call(part.tool_call_id, part.tool_name, part.input, call.invalid_error, self.tools)
+            )
+            if repaired is not None:
+                name, text = repaired
+                fixed = _parse_call(
+                    hp.ToolCallPart(tool_call_id=part.tool_call_id, tool_name=name, input=text), self.tools
+                )
+                if fixed.invalid_error is None:
+                    return fixed
+        return call
+
+    async def _prepare_call(self, state: LoopTurnState) -> None:
+        options = self._base_options(state, CallOverrides())
+        if self.prepare_call is not None:
+            changed = await _maybe_await(self.prepare_call(options))
+            options = changed or options
+            state.messages = list(options.messages)
+        state.prepared = CallOverrides(
+            model=options.model, instructions=options.instructions, tool_choice=options.tool_choice,
+            active_tools=options.active_tools, settings=options.settings,
+        )  # fmt: skip
+
+    async def _step_options(self, state: LoopTurnState) -> CallOptions:
+        options = self._base_options(state, state.prepared or CallOverrides())
+        if self.prepare_step is not None:
+            options = (await _maybe_await(self.prepare_step(options))) or options
+        return options
+
+    def _base_options(self, state: LoopTurnState, prepared: CallOverrides) -> CallOptions:
+        return CallOptions(
+            step_number=state.step,
+            messages=list(state.messages),
+            instructions=prepared.instructions if prepared.instructions is not None else self.instructions,
+            model=prepared.model,
+            tool_choice=prepared.tool_choice if prepared.tool_choice is not None else self.tool_choice,
+            active_tools=prepared.active_tools if prepared.active_tools is not None else self.active_tools,
+            settings={**self.settings, **prepared.settings},
+            steps=list(state.steps),
+            runtime_context=self.runtime_context,
+        )
+
+    async def _callback(self, name: str, *args: Any) -> None:
+        callback = self.callbacks.get(name)
+        if callback is not None:
+            await _maybe_await(callback(*args))
 
 
-def _finish_step(state: LoopTurnState) -> hp.FinishStepPart:
-    return hp.FinishStepPart(
-        finish_reason=hp.FinishReason(unified=state.step_finish_reason),  # type: ignore[arg-type]
-        usage=_usage(state.step_usage),
-    )
+def _parse_call(part: hp.ToolCallPart, tools: Mapping[str, Tool]) -> StepCall:
+    call = StepCall(tool_call_id=part.tool_call_id, tool_name=part.tool_name)
+    try:
+        call.input = json.loads(part.input) if part.input.strip() else {}
+    except json.JSONDecodeError as exc:
+        call.input = part.input
+        call.invalid_error = f"Invalid input for tool {part.tool_name}: JSON parsing failed: {exc.msg}"
+        return call
+    tool = tools.get(part.tool_name)
+    if tool is None:
+        available = ", ".join(sorted(tools)) or "none"
+        call.invalid_error = f"Model tried to call unavailable tool '{part.tool_name}'. Available tools: {available}."
+        return call
+    try:
+        tool.validate(call.input)
+    except ToolError as exc:
+        call.invalid_error = str(exc)
+    return call
+
+
+def _content_events(assistant: AssistantMessage, invalid: Mapping[str, StepCall]) -> list[AgentEvent]:
+    from ..messages import ReasoningPart, TextPart, ToolCallPart
+    from ..protocol.ui_chunks import ToolInputErrorChunk
+
+    events: list[AgentEvent] = []
+    for i, item in enumerate(assistant.content):
+        pid = f"replay-{i}"
+        if isinstance(item, TextPart):
+            events += [hp.TextStartPart(id=pid), hp.TextDeltaPart(id=pid, delta=item.text), hp.TextEndPart(id=pid)]
+        elif isinstance(item, ReasoningPart):
+            events += [hp.ReasoningStartPart(id=pid), hp.ReasoningDeltaPart(id=pid, delta=item.text)]
+            events.append(hp.ReasoningEndPart(id=pid, harness_metadata=item.provider_options))
+        elif isinstance(item, ToolCallPart) and item.tool_call_id in invalid:
+            call = invalid[item.tool_call_id]
+            events.append(
+                ToolInputErrorChunk(
+                    tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input, dynamic=True,
+                    error_text=call.invalid_error or "",
+                )
+            )  # fmt: skip
+        elif isinstance(item, ToolCallPart):
+            raw = json.dumps(item.input, ensure_ascii=False, separators=(",", ":"))
+            events.append(
+                hp.ToolCallPart(
+                    tool_call_id=item.tool_call_id, tool_name=item.tool_name, input=raw,
+                    provider_executed=item.provider_executed,
+                )
+            )  # fmt: skip
+        elif isinstance(item, ToolApprovalRequestPart):
+            events.append(hp.ToolApprovalRequestPart(approval_id=item.approval_id, tool_call_id=item.tool_call_id))
+    return events
+
+
+def _ordered(state: LoopTurnState) -> list[Any]:
+    by_id = {o.tool_call_id: o for o in state.step_outcomes}
+    return [by_id[c.tool_call_id] for c in state.step_calls if c.tool_call_id in by_id]
+
+
+def _resolve(model: LanguageModel | str) -> LanguageModel:
+    if isinstance(model, str):
+        from ..models.registry import resolve_model
+
+        return resolve_model(model)
+    return model
+
+
+def _validate_tools_context(tools: Mapping[str, Tool], context: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(context) - tools.keys()
+    if unknown:
+        raise AgentConfigError(f"tools_context names unknown tools: {sorted(unknown)}")
+    validated: dict[str, Any] = {}
+    for name, value in context.items():
+        model = tools[name].context_model
+        if model is not None:
+            try:
+                value = model.model_validate(value).model_dump(mode="json")
+            except ValidationError as exc:
+                raise AgentConfigError(f"tools_context[{name!r}] is invalid: {exc}") from exc
+        validated[name] = _json_ready(value, f"tools_context[{name!r}]")
+    return validated
+
+
+def _json_ready(value: Any, what: str) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise AgentConfigError(f"{what} must be JSON-serializable (it is checkpointed): {exc}") from exc
 
 
 def _usage(pair: tuple[int, int]) -> hp.Usage:
@@ -312,15 +495,11 @@ def _dump(state: LoopTurnState) -> dict[str, Any]:
     return state.model_dump(mode="json", by_alias=True)
 
 
-def _int(value: float | None) -> int:
-    return int(value or 0)
+def _empty(part: Any) -> bool:
+    return getattr(part, "type", "") in ("text", "reasoning") and not part.text and not part.provider_options
 
 
-def _empty(part: AssistantContent) -> bool:
-    return isinstance(part, TextPart | ReasoningPart) and not part.text and not part.provider_options
-
-
-def _error_text(error: Any) -> str:
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return str(error["message"])
-    return error if isinstance(error, str) else json.dumps(error)
+async def _maybe_await(value: Any) -> Any:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        return await value
+    return value

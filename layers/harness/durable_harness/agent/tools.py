@@ -1,4 +1,4 @@
-"""Server-executed tools whose input schema comes from a pydantic model.
+"""Tools: input schema from a pydantic model or an explicit JSON schema; sync or async execute.
 
 >>> class Weather(BaseModel):
 ...     city: str
@@ -6,6 +6,10 @@
 ... def get_weather(input: Weather) -> dict:
 ...     '''Current weather for a city.'''
 ...     return {"city": input.city, "tempC": 21}
+
+A tool without ``execute`` is a client-side tool: the turn ends when the model calls it, and its
+output arrives with the next turn's messages. ``needs_approval`` (a bool, or a function of the
+input and the :class:`ToolContext`) pauses the turn for the user's signed approval.
 """
 
 from __future__ import annotations
@@ -13,33 +17,50 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import AgentConfigError, ToolError
+from ..messages import ModelMessage
 from ..models.base import ToolDefinition
+from .schema import schema_errors
 
-ToolFunction = Callable[[Any], Any] | Callable[[Any], Awaitable[Any]]
+ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool (and a ``needs_approval`` function) may know about the call it serves."""
+
+    tool_call_id: str
+    tool_name: str
+    messages: Sequence[ModelMessage]
+    runtime_context: Any = None
+    tool_context: Any = None
 
 
 @dataclass
 class Tool:
     """A tool the model may call.
 
-    ``input_model`` (a pydantic model) validates the input and gives the JSON schema the model
-    sees; without one, ``input_schema`` is sent as is and the input is passed through as parsed
-    JSON. ``execute`` may be sync (run in a worker thread) or async; its return value must be
-    JSON-serializable (a pydantic model is dumped to JSON).
+    ``input_model`` (pydantic) validates the input and gives the JSON schema the model sees;
+    otherwise ``input_schema`` is sent as is and checked for its common keywords. ``execute``
+    takes the validated input (and, if it accepts a second argument, the :class:`ToolContext`);
+    sync functions run in a worker thread. ``timeout`` bounds one execution, in seconds.
+    ``context_model`` validates this tool's entry of the agent's ``tools_context``.
     """
 
     name: str
-    execute: ToolFunction
+    execute: ToolFunction | None = None
     description: str = ""
     input_model: type[BaseModel] | None = None
     input_schema: dict[str, Any] = field(default_factory=dict)
+    needs_approval: bool | Callable[[Any, ToolContext], bool] = False
+    timeout: float | None = None
+    context_model: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "a").replace("-", "a").isalnum():
@@ -48,6 +69,12 @@ class Tool:
             self.input_schema = self.input_model.model_json_schema()
         if not self.input_schema:
             self.input_schema = {"type": "object", "properties": {}}
+        self._takes_context = self.execute is not None and _positional_count(self.execute) >= 2
+
+    @property
+    def client_side(self) -> bool:
+        """True for a tool the client executes (no ``execute`` here)."""
+        return self.execute is None
 
     def definition(self) -> ToolDefinition:
         """What the model is told about this tool."""
@@ -56,6 +83,9 @@ class Tool:
     def validate(self, raw_input: Any) -> Any:
         """The tool's input, parsed and validated; raises :class:`ToolError` saying what is wrong."""
         if self.input_model is None:
+            mismatches = schema_errors(raw_input, self.input_schema)
+            if mismatches:
+                raise ToolError(f"Invalid input for tool {self.name}: {'; '.join(mismatches)}")
             return raw_input
         try:
             return self.input_model.model_validate(raw_input)
@@ -65,15 +95,37 @@ class Tool:
             )
             raise ToolError(f"Invalid input for tool {self.name}: {problems}") from exc
 
-    async def run(self, validated_input: Any) -> Any:
-        """Execute the tool and return its JSON-ready output."""
+    def approval_needed(self, validated_input: Any, context: ToolContext) -> bool:
+        """Whether this call must wait for the user's approval."""
+        if callable(self.needs_approval):
+            return bool(self.needs_approval(validated_input, context))
+        return self.needs_approval
+
+    async def run(self, validated_input: Any, context: ToolContext) -> Any:
+        """Execute the tool (within its timeout) and return its JSON-ready output."""
+        if self.execute is None:
+            raise ToolError(f"tool {self.name} is executed by the client")
+        args = (validated_input, context) if self._takes_context else (validated_input,)
         if inspect.iscoroutinefunction(self.execute):
-            result = await self.execute(validated_input)
+            work: Awaitable[Any] = self.execute(*args)
         else:
-            result = await asyncio.to_thread(self.execute, validated_input)
-            if inspect.isawaitable(result):
-                result = await result
+            work = asyncio.to_thread(self.execute, *args)
+        try:
+            result = await asyncio.wait_for(work, self.timeout) if self.timeout else await work
+        except TimeoutError:
+            raise ToolError(f"Tool {self.name} timed out after {self.timeout:g} s") from None
+        if inspect.isawaitable(result):
+            result = await result
         return to_json_value(result)
+
+
+def _positional_count(function: Callable[..., Any]) -> int:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in parameters if p.kind in kinds)
 
 
 def to_json_value(value: Any) -> Any:
@@ -91,11 +143,33 @@ def _default(value: Any) -> Any:
     raise TypeError(f"tool output of type {type(value).__name__} is not JSON-serializable")
 
 
-def tool(function: ToolFunction | None = None, *, name: str | None = None, description: str | None = None) -> Any:
-    """Make a :class:`Tool` of a function taking one pydantic-model argument.
+@overload
+def tool(function: ToolFunction, /) -> Tool: ...
 
-    The input model comes from the argument's annotation, the name from the function, the
-    description from its docstring. Usable as ``@tool`` or ``@tool(name=..., description=...)``.
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    needs_approval: bool | Callable[[Any, ToolContext], bool] = False,
+    timeout: float | None = None,
+) -> Callable[[ToolFunction], Tool]: ...
+
+
+def tool(
+    function: ToolFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    needs_approval: bool | Callable[[Any, ToolContext], bool] = False,
+    timeout: float | None = None,
+) -> Tool | Callable[[ToolFunction], Tool]:
+    """Make a :class:`Tool` of a function whose first argument is annotated with a pydantic model.
+
+    The name comes from the function, the description from its docstring. A second argument, if
+    any, receives the :class:`ToolContext`. Usable as ``@tool`` or ``@tool(needs_approval=True)``.
     """
 
     def build(fn: ToolFunction) -> Tool:
@@ -103,12 +177,14 @@ def tool(function: ToolFunction | None = None, *, name: str | None = None, descr
         params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
         model = hints.get(params[0].name) if params else None
         if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
-            raise AgentConfigError(f"tool {fn.__name__}: its argument must be annotated with a pydantic model")
+            raise AgentConfigError(f"tool {fn.__name__}: its first argument must be annotated with a pydantic model")
         return Tool(
             name=name or fn.__name__,
             execute=fn if params else (lambda _input, _fn=fn: _fn()),
             description=description if description is not None else inspect.cleandoc(fn.__doc__ or ""),
             input_model=model,
+            needs_approval=needs_approval,
+            timeout=timeout,
         )
 
     return build(function) if function is not None else build

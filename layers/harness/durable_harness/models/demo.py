@@ -18,6 +18,7 @@ from ..protocol import harness_parts as hp
 from .base import ModelRequest, ModelStreamPart, finish
 
 _WEATHER = re.compile(r"weather\s+(?:in|for|at)\s+([A-Za-zÀ-ÿ' .-]+?)(?:[?.!,]|$)", re.IGNORECASE)
+_NOTE = re.compile(r"\b(?:save|write|take)\s+(?:a\s+)?note\b[:\s]*(.*)", re.IGNORECASE | re.DOTALL)
 
 
 class DemoModel:
@@ -43,9 +44,16 @@ class DemoModel:
                 yield part
             return
         prompt = _user_text(last)
+        tools = {t.name for t in request.tools}
         city = _WEATHER.search(prompt)
-        if city and any(t.name == "get_weather" for t in request.tools):
+        note = _NOTE.search(prompt)
+        if city and "get_weather" in tools:
             async for part in self._call_weather(city.group(1).strip(), step):
+                yield part
+            return
+        if note and "save_note" in tools:
+            text = note.group(1).strip() or "Remember to try durable-harness."
+            async for part in self._call_tool("save_note", {"title": " ".join(text.split()[:4]), "text": text}, step):
                 yield part
             return
         async for part in self._text(_reply(prompt, [t.name for t in request.tools]), f"txt-{step}"):
@@ -53,19 +61,24 @@ class DemoModel:
         yield finish("stop", input_tokens=_tokens(request), output_tokens=40)
 
     async def _call_weather(self, city: str, step: int) -> AsyncIterator[ModelStreamPart]:
-        rid, cid = f"rsn-{step}", f"call_demo_{step}"
+        rid = f"rsn-{step}"
         yield hp.ReasoningStartPart(id=rid)
         for piece in _pieces(f"The user wants the weather in {city}. I will call get_weather."):
             await self._pause()
             yield hp.ReasoningDeltaPart(id=rid, delta=piece)
         yield hp.ReasoningEndPart(id=rid)
-        arguments = json.dumps({"city": city}, ensure_ascii=False, separators=(",", ":"))
-        yield hp.ToolInputStartPart(id=cid, tool_name="get_weather")
-        for i in range(0, len(arguments), 8):
+        async for part in self._call_tool("get_weather", {"city": city}, step):
+            yield part
+
+    async def _call_tool(self, name: str, arguments: dict[str, Any], step: int) -> AsyncIterator[ModelStreamPart]:
+        cid = f"call_demo_{step}"
+        text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        yield hp.ToolInputStartPart(id=cid, tool_name=name)
+        for i in range(0, len(text), 8):
             await self._pause()
-            yield hp.ToolInputDeltaPart(id=cid, delta=arguments[i : i + 8])
+            yield hp.ToolInputDeltaPart(id=cid, delta=text[i : i + 8])
         yield hp.ToolInputEndPart(id=cid)
-        yield hp.ToolCallPart(tool_call_id=cid, tool_name="get_weather", input=arguments)
+        yield hp.ToolCallPart(tool_call_id=cid, tool_name=name, input=text)
         yield finish("tool-calls", input_tokens=60, output_tokens=20)
 
     async def _answer_from_results(self, results: ToolMessage, step: int) -> AsyncIterator[ModelStreamPart]:
@@ -74,11 +87,17 @@ class DemoModel:
             if not isinstance(result, ToolResultPart):
                 continue
             value: Any = getattr(result.output, "value", None)
-            if isinstance(value, dict) and {"city", "tempC"} <= value.keys():
+            if result.output.type == "execution-denied" or (
+                result.output.type == "error-text" and "denied" in str(value).lower()
+            ):
+                facts.append(f"Understood: I did not run {result.tool_name}.")
+            elif result.output.type in ("error-text", "error-json"):
+                facts.append(f"{result.tool_name} failed: {value}.")
+            elif isinstance(value, dict) and {"city", "tempC"} <= value.keys():
                 facts.append(f"It is {value['tempC']} °C and {value.get('conditions', 'clear')} in {value['city']}.")
             else:
                 facts.append(f"The tool returned: {json.dumps(value, ensure_ascii=False)}.")
-        text = " ".join(facts) + " (This is the demo model; the weather is made up.)"
+        text = " ".join(facts) + " (This is the demo model.)"
         async for part in self._text(text, f"txt-{step}"):
             yield part
         yield finish("stop", input_tokens=80, output_tokens=30)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ..agent.protocol import Boundary, HarnessWorkflowAgent
-from ..errors import FatalError, FencedError, ModelError
+from ..errors import FatalError, FencedError, ModelError, OutputError
 from ..ids import new_id, new_run_id
 from ..messages import ModelMessage
 from ..ports import Checkpoint, CheckpointStore, ChunkLog
@@ -55,7 +55,7 @@ class Runner:
         self.log = log
         self.flush_interval = flush_interval
         self.on_commit = on_commit
-        self.signer = signer
+        self.signer = signer if signer is not None else getattr(agent, "sign_approval", None)
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -145,7 +145,7 @@ class Runner:
                     if budget_seconds is not None and now - started + longest_step >= budget_seconds:
                         return state
             raise FatalError("the agent's stream ended without an end or approval boundary")
-        except ModelError as exc:
+        except (ModelError, OutputError) as exc:
             state.status, state.error = "failed", str(exc)
             closing: list[UIMessageChunk] = [ErrorChunk(error_text=str(exc))]
             if translator.state.step_open:
@@ -288,6 +288,7 @@ def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:
     usage = finish.total_usage
     return FinalResult(
         finish_reason=finish.finish_reason.unified,
+        raw_finish_reason=finish.finish_reason.raw,
         input_tokens=int(usage.input_tokens.total or 0),
         output_tokens=int(usage.output_tokens.total or 0),
         output=output,

@@ -31,6 +31,7 @@ class FinalResult(BaseModel):
     """How a finished turn ended."""
 
     finish_reason: str
+    raw_finish_reason: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
     output: Any = None

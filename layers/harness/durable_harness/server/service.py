@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequestError, ProtocolError
+from ..agent.execution import answered_approvals
+from ..errors import InvalidRequestError, ProtocolError, ToolError
 from ..ids import new_id
 from ..messages import ModelMessage
 from ..ports import Orchestrator
@@ -31,7 +32,8 @@ KEEPALIVE = None
 class ServiceConfig:
     """Tunables of the chat service."""
 
-    allow_system_messages: bool = False
+    allow_system_messages: bool | None = None
+    """Accept client-sent system messages; None follows the agent's ``allow_system_in_messages``."""
     stream_window_seconds: float = 840.0
     """How long one response follows a run before ending without ``finish`` (the client
     reconnects); just under the Lambda timeout when deployed."""
@@ -127,7 +129,10 @@ class ChatService:
             messages = parse_ui_messages(raw)
         except ProtocolError as exc:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
-        if not self.config.allow_system_messages:
+        allow = self.config.allow_system_messages
+        if allow is None:
+            allow = bool(getattr(self.runner.agent, "allow_system_in_messages", False))
+        if not allow:
             for i, message in enumerate(messages):
                 if message.role == "system":
                     raise InvalidRequestError(
@@ -143,6 +148,11 @@ class ChatService:
 
     def _to_model_messages(self, messages: list[UIMessage]) -> list[ModelMessage]:
         try:
-            return convert_to_model_messages(messages)
+            converted = convert_to_model_messages(messages)
         except (ProtocolError, ValueError) as exc:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
+        try:
+            answered_approvals(converted, None, {})  # every answer must match a request in the history
+        except ToolError as exc:
+            raise InvalidRequestError(f"Invalid approval: {exc}.", code="unknown_approval") from exc
+        return converted

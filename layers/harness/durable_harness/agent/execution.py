@@ -1,0 +1,218 @@
+"""Running a step's tool calls: concurrency, in-order reporting, approvals, and their checkpoints.
+
+Every completed call is checkpointed at once (a ``tool-result`` boundary), so a crash never runs a
+finished tool again; results reach the client in the model's order whatever order they finish in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from ..approvals import ApprovalSecret, approval_id_for
+from ..errors import ToolError
+from ..messages import (
+    AssistantMessage,
+    ErrorTextOutput,
+    JsonOutput,
+    ModelMessage,
+    TextOutput,
+    ToolApprovalRequestPart,
+    ToolApprovalResponsePart,
+    ToolCallPart,
+    ToolMessage,
+    ToolResultOutput,
+    ToolResultPart,
+)
+from ..protocol import harness_parts as hp
+from ..protocol.ui_chunks import ToolOutputDeniedChunk, ToolOutputErrorChunk, UIMessageChunk
+from .state import LoopTurnState, StepCall, StepOutcome
+from .tools import Tool, ToolContext
+
+Emit = hp.HarnessStreamPart | UIMessageChunk
+Hook = Callable[[str, Any], Any]
+
+
+def result_events(call: StepCall, outcome: StepOutcome) -> list[Emit]:
+    """What the client is told about one finished call."""
+    if outcome.error is None:
+        return [hp.ToolResultPart(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=outcome.output)]
+    if call.invalid_error is not None:
+        return []  # reported at tool-call time (tool-input-error), or silently (bad signature)
+    return [ToolOutputErrorChunk(tool_call_id=call.tool_call_id, error_text=outcome.error)]
+
+
+def result_part(outcome: StepOutcome) -> ToolResultPart:
+    """The tool result the model sees."""
+    output: ToolResultOutput
+    if outcome.error is not None:
+        output = ErrorTextOutput(value=outcome.error)
+    elif isinstance(outcome.output, str):
+        output = TextOutput(value=outcome.output)
+    else:
+        output = JsonOutput(value=outcome.output)
+    return ToolResultPart(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name, output=output)
+
+
+class ToolRunner:
+    """Executes calls of one step for an agent's tool set."""
+
+    def __init__(
+        self,
+        tools: Mapping[str, Tool],
+        *,
+        concurrency: int | None,
+        runtime_context: Any,
+        tools_context: Mapping[str, Any],
+        on_start: Callable[[StepCall], Any] | None = None,
+        on_end: Callable[[StepCall, StepOutcome], Any] | None = None,
+    ) -> None:
+        self.tools = tools
+        self.concurrency = concurrency
+        self.runtime_context = runtime_context
+        self.tools_context = tools_context
+        self.on_start = on_start
+        self.on_end = on_end
+
+    def context(self, call: StepCall, messages: list[ModelMessage]) -> ToolContext:
+        """The context a call's tool receives."""
+        return ToolContext(
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            messages=messages,
+            runtime_context=self.runtime_context,
+            tool_context=self.tools_context.get(call.tool_name),
+        )
+
+    async def execute(self, call: StepCall, messages: list[ModelMessage]) -> StepOutcome:
+        """Run one call; any failure becomes an error outcome the model can read."""
+        outcome = StepOutcome(tool_call_id=call.tool_call_id, tool_name=call.tool_name)
+        if call.invalid_error is not None:
+            outcome.error = call.invalid_error
+            return outcome
+        tool = self.tools[call.tool_name]
+        if self.on_start:
+            await _maybe_await(self.on_start(call))
+        try:
+            outcome.output = await tool.run(tool.validate(call.input), self.context(call, messages))
+        except ToolError as exc:
+            outcome.error = str(exc)
+        except Exception as exc:  # a tool's failure is a result the model can react to
+            outcome.error = f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}"
+        if self.on_end:
+            await _maybe_await(self.on_end(call, outcome))
+        return outcome
+
+    async def run_step(self, state: LoopTurnState, runnable: list[StepCall]) -> AsyncIterator[Emit | None]:
+        """Execute ``runnable`` calls not yet done; yields UI items, and None after each checkpointable result.
+
+        Results are reported in the model's order (``state.reported`` counts them).
+        """
+        done = {o.tool_call_id for o in state.step_outcomes}
+        todo = [c for c in runnable if c.tool_call_id not in done]
+        limit = asyncio.Semaphore(self.concurrency) if self.concurrency else None
+        messages = list(state.messages)
+
+        async def guarded(call: StepCall) -> StepOutcome:
+            if limit is None:
+                return await self.execute(call, messages)
+            async with limit:
+                return await self.execute(call, messages)
+
+        tasks = {asyncio.ensure_future(guarded(call)): call for call in todo}
+        try:
+            while tasks:
+                finished, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in finished:
+                    tasks.pop(task)
+                    state.step_outcomes.append(task.result())
+                for item in self.report(state):
+                    yield item
+                yield None
+        finally:
+            for task in tasks:
+                task.cancel()
+        for item in self.report(state):
+            yield item
+
+    def report(self, state: LoopTurnState) -> list[Emit]:
+        """Result events for the next calls, in order, whose outcomes are known; advances ``reported``."""
+        by_id = {o.tool_call_id: o for o in state.step_outcomes}
+        events: list[Emit] = []
+        while state.reported < len(state.step_calls):
+            call = state.step_calls[state.reported]
+            if call.tool_call_id in state.pending_approvals or call.tool_call_id in state.client_calls:
+                state.reported += 1
+                continue
+            outcome = by_id.get(call.tool_call_id)
+            if outcome is None:
+                break
+            events += result_events(call, outcome)
+            state.reported += 1
+        return events
+
+
+# --- approvals of an earlier turn -----------------------------------------------------------------
+
+
+def answered_approvals(
+    messages: list[ModelMessage], secret: ApprovalSecret | None, tools: Mapping[str, Tool]
+) -> tuple[list[StepCall], list[UIMessageChunk]]:
+    """The approved calls to execute and the UI chunks for denied ones, from the last tool message.
+
+    Like ``collectToolApprovals``: only a last ``tool`` message counts; each response is matched
+    with the request in the assistant messages, whose tool call supplies the name and input.
+    A missing or bad signature (when a secret is configured) executes nothing: the model gets an
+    error result and the client no chunk.
+    """
+    last = messages[-1] if messages else None
+    if not isinstance(last, ToolMessage):
+        return [], []
+    responses = [p for p in last.content if isinstance(p, ToolApprovalResponsePart)]
+    if not responses:
+        return [], []
+    requests: dict[str, ToolApprovalRequestPart] = {}
+    calls: dict[str, ToolCallPart] = {}
+    for message in messages[:-1]:
+        if isinstance(message, AssistantMessage):
+            for part in message.content:
+                if isinstance(part, ToolApprovalRequestPart):
+                    requests[part.approval_id] = part
+                elif isinstance(part, ToolCallPart):
+                    calls[part.tool_call_id] = part
+    answered = {p.tool_call_id: p for p in last.content if isinstance(p, ToolResultPart)}
+    runnable: list[StepCall] = []
+    denied: list[UIMessageChunk] = []
+    for response in responses:
+        request = requests.get(response.approval_id)
+        call = calls.get(request.tool_call_id) if request else None
+        if request is None or call is None or request.approval_id != approval_id_for(call.tool_call_id):
+            # Every request this server issues is `approval-<toolCallId>` for a call in the history.
+            raise ToolError(f"approval response {response.approval_id!r} answers no approval request of this server")
+        result = answered.get(call.tool_call_id)
+        if not response.approved:
+            if result is not None and result.output.type == "execution-denied":
+                denied.append(ToolOutputDeniedChunk(tool_call_id=call.tool_call_id))
+            continue
+        if result is not None:
+            continue  # already executed in an earlier continuation
+        step_call = StepCall(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input)
+        if secret is not None and not secret.verify(
+            request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
+        ):
+            step_call.invalid_error = (
+                f"The approval of tool call {call.tool_call_id} has a missing or invalid signature; "
+                "the tool was not executed."
+            )
+            step_call.silent = True
+        elif call.tool_name not in tools or tools[call.tool_name].client_side:
+            step_call.invalid_error = f"Tool {call.tool_name} is not available on the server."
+        runnable.append(step_call)
+    return runnable, denied
+
+
+async def _maybe_await(value: Any) -> Any:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        return await value
+    return value

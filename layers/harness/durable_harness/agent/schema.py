@@ -1,0 +1,68 @@
+"""Validation of tool input against an explicit JSON schema (the common keywords).
+
+Tools usually take a pydantic model; a tool given a plain JSON schema is checked here for the
+keywords models actually produce mistakes against: ``type``, ``properties``, ``required``,
+``additionalProperties: false``, ``enum``, ``const``, ``items``, string and number bounds, and
+``anyOf`` / ``oneOf``. Unknown keywords are ignored (accepted), never guessed at.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name in ("integer", "number") and isinstance(value, bool):
+        return False
+    if name == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _TYPES.get(name, (object,)))
+
+
+def schema_errors(value: Any, schema: dict[str, Any], path: str = "input") -> list[str]:
+    """Every way ``value`` breaks ``schema``, as ``"path: problem"`` strings (empty when valid)."""
+    errors: list[str] = []
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not any(_is_type(value, k) for k in kinds):
+            return [f"{path}: expected {' or '.join(kinds)}, got {type(value).__name__}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: must be one of {schema['enum']}")
+    if "const" in schema and value != schema["const"]:
+        errors.append(f"{path}: must be {schema['const']!r}")
+    for key in ("anyOf", "oneOf"):
+        if key in schema and all(schema_errors(value, option, path) for option in schema[key]):
+            errors.append(f"{path}: matches none of the allowed shapes")
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        errors += [f"{path}.{name}: required" for name in schema.get("required", []) if name not in value]
+        for name, item in value.items():
+            if name in properties:
+                errors += schema_errors(item, properties[name], f"{path}.{name}")
+            elif schema.get("additionalProperties") is False:
+                errors.append(f"{path}.{name}: not allowed")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            errors += schema_errors(item, schema["items"], f"{path}[{i}]")
+    elif isinstance(value, str):
+        if len(value) < schema.get("minLength", 0):
+            errors.append(f"{path}: shorter than {schema['minLength']} characters")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            errors.append(f"{path}: longer than {schema['maxLength']} characters")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{path}: less than {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(f"{path}: greater than {schema['maximum']}")
+    return errors

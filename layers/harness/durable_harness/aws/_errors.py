@@ -1,0 +1,120 @@
+"""Turning botocore failures into the library's domain errors, in one place for every AWS adapter.
+
+The rule the runner relies on: anything that may succeed when the slice runs again (throttling,
+5xx, timeouts, dropped connections) becomes :class:`~durable_harness.errors.StorageError`, which
+is retryable; anything that will fail the same way again (access denied, a missing table, a bad
+parameter) becomes :class:`AwsRequestError`, which is fatal. Conditional-write failures are not
+handled here: each adapter turns them into fencing errors itself, because only it knows what the
+condition meant.
+
+botocore has already retried retryable errors (``retries.mode="standard"``) by the time an
+adapter sees them, so a ``StorageError`` from here means the client gave up, not one bad request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError, IncompleteReadError
+
+from ..errors import FatalError, HarnessError, StorageError
+
+__all__ = [
+    "AwsRequestError",
+    "aws_errors",
+    "error_code",
+    "error_item",
+    "http_status",
+    "translate",
+]
+
+# Codes that mean "too fast" or "try again later" across DynamoDB, S3, Step Functions and
+# EventBridge. botocore's standard retry mode knows most of them; the extra ones are service
+# specific (Step Functions' running-execution quota, S3's 409 race between conditional writes).
+RETRYABLE_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "TransactionInProgressException",
+        "TransactionConflictException",
+        "LimitExceededException",
+        "SlowDown",
+        "BandwidthLimitExceeded",
+        "ServiceUnavailable",
+        "InternalError",
+        "InternalServerError",
+        "InternalFailure",
+        "InternalException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "ConditionalRequestConflict",
+        "ExecutionLimitExceeded",
+    }
+)
+
+
+class AwsRequestError(FatalError):
+    """An AWS request failed in a way a retry cannot fix (permissions, configuration, bad input).
+
+    ``code`` is the AWS error code (e.g. ``AccessDeniedException``) when there is one.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def error_code(exc: ClientError) -> str:
+    """The AWS error code of a ``ClientError`` (``""`` when the response has none)."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def http_status(exc: ClientError) -> int:
+    """The HTTP status of a ``ClientError`` (0 when unknown)."""
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def error_item(exc: ClientError) -> dict[str, Any] | None:
+    """The item DynamoDB returned with a failed condition (``ReturnValuesOnConditionCheckFailure``).
+
+    ``None`` when the item did not exist, which is how "missing" is told apart from "stale".
+    """
+    item = exc.response.get("Item")
+    return item if isinstance(item, dict) and item else None
+
+
+def translate(exc: Exception, what: str) -> HarnessError:
+    """The domain error for a botocore failure during ``what`` (a short description)."""
+    if isinstance(exc, ClientError):
+        code, status = error_code(exc), http_status(exc)
+        message = exc.response.get("Error", {}).get("Message", "") or str(exc)
+        if code in RETRYABLE_CODES or status >= 500 or status == 429:
+            return StorageError(f"{what}: {code or status}: {message}")
+        return AwsRequestError(f"{what}: {code or status}: {message}", code=code or None)
+    # Timeouts, refused or dropped connections and truncated bodies: the request may work next time.
+    if isinstance(exc, ConnectionError | HTTPClientError | IncompleteReadError):
+        return StorageError(f"{what}: {exc}")
+    if isinstance(exc, BotoCoreError):
+        # Missing credentials, parameter validation and the like: a deployment or code problem.
+        return AwsRequestError(f"{what}: {exc}")
+    if isinstance(exc, HarnessError):
+        return exc
+    return StorageError(f"{what}: {exc}")
+
+
+@contextmanager
+def aws_errors(what: str) -> Iterator[None]:
+    """Re-raise botocore failures inside the block as domain errors (see :func:`translate`)."""
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc, what) from exc
