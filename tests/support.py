@@ -95,6 +95,7 @@ def serve(app: ChatApp) -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections queue from now on, so no waiting for the server thread is needed
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, lifespan="on", log_level="warning")
     server = uvicorn.Server(config)

@@ -144,3 +144,15 @@ def test_stream_errors(base_url: str) -> None:
     assert response.status_code == 400
     assert httpx.get(f"{base_url}/api/nothing").status_code == 404
     assert httpx.get(f"{base_url}/api/chat").status_code == 405
+
+
+def test_a_retried_post_gets_the_run_it_already_started(base_url: str, kit: LocalKit) -> None:
+    from durable_harness.demo import SAVED_NOTES
+
+    SAVED_NOTES.clear()
+    body = {"id": "chat-1", "messages": [user_message("What is the weather in Oslo?", "u-retry")]}
+    first, second = post_chat(base_url, body), post_chat(base_url, body)
+    assert first.headers["x-workflow-run-id"] == second.headers["x-workflow-run-id"]
+    assert parse_sse_body(first.content) == parse_sse_body(second.content)
+    other = post_chat(base_url, {"id": "chat-2", "messages": body["messages"]})
+    assert other.headers["x-workflow-run-id"] != first.headers["x-workflow-run-id"]

@@ -31,3 +31,15 @@ def is_run_id(value: str) -> bool:
 def new_id(prefix: str, nbits: int = 80) -> str:
     """A random id with a readable prefix, e.g. ``msg_...`` or ``call_...``."""
     return f"{prefix}_{_base32(nbits)}"
+
+
+def derived_run_id(*parts: str) -> str:
+    """A run id derived from ``parts`` (an idempotency key): the same parts, the same run id."""
+    import hashlib
+
+    value = int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest()[:17], "big") >> 6
+    out = []
+    for _ in range(26):
+        out.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "wrun_" + "".join(reversed(out))

@@ -103,5 +103,6 @@ class Orchestrator(Protocol):
         ...
 
     def cancel(self, run_id: str) -> None:
-        """Ask the run to stop; it ends ``cancelled`` with a ``finish`` chunk in its log."""
+        """Stop driving the run. The caller then ends it with ``Runner.finalize(status="cancelled")``,
+        whose claim fences off a slice that may still be running."""
         ...

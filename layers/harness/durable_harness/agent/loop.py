@@ -22,6 +22,7 @@ from ..ids import new_id
 from ..messages import AssistantMessage, ModelMessage, SystemMessage, ToolApprovalRequestPart, ToolMessage
 from ..models.base import LanguageModel, ModelRequest
 from ..protocol import harness_parts as hp
+from .continuation import ApprovalAnswer, continuation_messages, pending_approvals
 from .control import Callback, CallOptions, PrepareHook, RepairToolCall, StopCondition, Timeouts, step_count_is
 from .execution import ToolRunner, answered_approvals, result_events, result_part
 from .modelcall import StepResult, stream_model_step
@@ -136,6 +137,14 @@ class ToolLoopAgent:
     def sign_approval(self, approval_id: str, tool_call_id: str, tool_name: str, tool_input: Any) -> str | None:
         """Sign an approval request (None when no secret is configured)."""
         return self.approval_secret.sign(approval_id, tool_call_id, tool_name, tool_input)
+
+    def pending_approvals(self, turn: dict[str, Any]) -> list[dict[str, Any]]:
+        """The approvals a paused turn waits for (for the run API)."""
+        return pending_approvals(turn)
+
+    def approval_continuation(self, turn: dict[str, Any], answers: Sequence[ApprovalAnswer]) -> list[ModelMessage]:
+        """The messages that continue a paused turn with these answers (for the run API)."""
+        return continuation_messages(turn, answers, self.sign_approval)
 
     def stream(self, session_id: str, messages: list[ModelMessage]) -> AsyncIterator[AgentEvent]:
         """Start a turn on the conversation ``messages``."""

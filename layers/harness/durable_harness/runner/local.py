@@ -46,13 +46,10 @@ class LocalOrchestrator:
         self._tasks[run_id] = asyncio.get_running_loop().create_task(self.drive(run_id), name=f"run:{run_id}")
 
     def cancel(self, run_id: str) -> None:
-        """Stop the run: its slice is fenced off and the run ends ``cancelled``."""
+        """Stop driving the run (the caller then finalizes it ``cancelled``, fencing off any slice)."""
         task = self._tasks.get(run_id)
         if task is not None and not task.done():
             task.cancel()
-        self._tasks[run_id] = asyncio.get_running_loop().create_task(
-            self.runner.finalize(run_id, status="cancelled"), name=f"cancel:{run_id}"
-        )
 
     async def wait(self, run_id: str) -> RunState | None:
         """Wait until the run's current driving task ends; its last state (None if fenced off)."""

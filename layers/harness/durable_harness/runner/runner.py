@@ -83,6 +83,17 @@ class Runner:
         self.store.create(_checkpoint(state))
         return state
 
+    def mark_continued(self, run_id: str, continued_by: str) -> RunState:
+        """Record that run ``continued_by`` answers this paused run (conditional: FencedError if it
+        changed or was answered meanwhile)."""
+        cp = self.store.load(run_id)
+        state = RunState.model_validate_json(cp.state)
+        if state.continued_by is not None:
+            raise FencedError(f"run {run_id} was already continued by {state.continued_by}")
+        state.continued_by = continued_by
+        self.store.save(_checkpoint(state, cp), cp.version)
+        return state
+
     def load(self, run_id: str) -> RunState:
         """The run's state as last checkpointed."""
         return RunState.model_validate_json(self.store.load(run_id).state)

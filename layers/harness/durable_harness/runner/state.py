@@ -57,6 +57,8 @@ class RunState(BaseModel):
     slices: int = 0
     final_result: FinalResult | None = None
     error: str | None = None
+    continued_by: str | None = None
+    """The run that answered this paused run's approvals through the run API."""
 
     @property
     def terminal(self) -> bool:

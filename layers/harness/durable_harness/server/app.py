@@ -5,7 +5,12 @@ Routes:
 * ``POST /api/chat`` -- start a turn; 200 with ``x-workflow-run-id`` and the run's SSE stream;
 * ``GET /api/chat/{runId}/stream?startIndex=N`` -- the run's stream from absolute index N
   (N < 0 counts from the tail), following a live run until ``finish``;
-* ``GET /health``.
+* ``GET /api/runs/{runId}``, ``POST /api/runs/{runId}/cancel``, ``POST /api/runs/{runId}/approvals``
+  -- the run API (status, cancel, approvals of a run that has no chat client);
+* ``GET /health`` and ``GET /openapi.json``.
+
+Everything under ``/api`` needs the caller's credentials (see :mod:`.auth`); a run is served
+only to the principal that started it (404 for anyone else).
 
 Every error is JSON ``{"error": {"code", "message"}}`` with a 4xx status that says what to fix;
 an unexpected failure is a 500 with a generic message, never a traceback.
@@ -23,6 +28,8 @@ from urllib.parse import parse_qs, unquote
 from ..errors import InvalidRequestError, RunNotFoundError
 from ..ids import is_run_id
 from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
+from .auth import Authenticator, NoAuth
+from .openapi import openapi_document
 from .service import ChatService
 
 logger = logging.getLogger(__name__)
@@ -44,9 +51,11 @@ class ChatApp:
         *,
         max_body_bytes: int = 4 * 1024 * 1024,
         cors_origins: tuple[str, ...] = (),
+        authenticator: Authenticator | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.service = service
+        self.authenticator = authenticator or NoAuth()
         self.max_body_bytes = max_body_bytes
         self.cors_origins = cors_origins
         self.on_shutdown = on_shutdown
@@ -61,7 +70,8 @@ class ChatApp:
         try:
             await self._route(scope, receive, send, cors)
         except InvalidRequestError as exc:
-            await _json(send, exc.status, {"error": {"code": exc.code, "message": str(exc)}}, cors)
+            extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
+            await _json(send, exc.status, {"error": {"code": exc.code, "message": str(exc)}}, cors + extra)
         except RunNotFoundError as exc:
             await _json(send, 404, {"error": {"code": "run_not_found", "message": str(exc)}}, cors)
         except Exception:
@@ -75,33 +85,52 @@ class ChatApp:
         if method == "OPTIONS":
             await send({"type": "http.response.start", "status": 204, "headers": cors + _preflight()})
             await send({"type": "http.response.body", "body": b""})
-        elif segments == ["health"]:
+            return
+        if segments == ["health"]:
             _allow(method, "GET")
             await _json(send, 200, {"status": "ok"}, cors)
-        elif segments == ["api", "chat"]:
+            return
+        if segments == ["openapi.json"]:
+            _allow(method, "GET")
+            await _json(send, 200, openapi_document(), cors)
+            return
+        if segments[:1] != ["api"]:
+            raise _not_found(method, scope)
+        principal = self.authenticator.authenticate(_headers(scope))
+        if segments == ["api", "chat"]:
             _allow(method, "POST")
-            await self._post_chat(scope, receive, send, cors)
+            await self._post_chat(scope, receive, send, cors, principal)
         elif len(segments) == 4 and segments[:2] == ["api", "chat"] and segments[3] == "stream":
             _allow(method, "GET")
-            await self._get_stream(scope, segments[2], receive, send, cors)
+            await self._get_stream(scope, _run_id(segments[2]), receive, send, cors, principal)
+        elif len(segments) == 3 and segments[:2] == ["api", "runs"]:
+            _allow(method, "GET")
+            await _json(send, 200, await self.service.status(_run_id(segments[2]), principal), cors)
+        elif len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "cancel":
+            _allow(method, "POST")
+            state = await self.service.cancel(_run_id(segments[2]), principal)
+            await _json(send, 200, {"runId": state.run_id, "status": state.status}, cors)
+        elif len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "approvals":
+            _allow(method, "POST")
+            body = _parse_json(await self._read_body(receive))
+            state = await self.service.answer_approvals(_run_id(segments[2]), body, principal)
+            location = f"/api/chat/{state.run_id}/stream?startIndex=0"
+            await _json(send, 202, {"runId": state.run_id, "status": state.status, "stream": location}, cors)
         else:
-            raise InvalidRequestError(f"No route for {method} {scope['path']}.", code="not_found", status=404)
+            raise _not_found(method, scope)
 
-    async def _post_chat(self, scope: Scope, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]) -> None:
-        body = await self._read_body(receive)
-        try:
-            payload = json.loads(body)  # whatever the content type: the transport sends text/plain
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidRequestError(f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
-        state = await self.service.start_turn(payload, principal=None)
+    async def _post_chat(
+        self, scope: Scope, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]], principal: str
+    ) -> None:
+        # JSON whatever the content type: the transport sends text/plain.
+        payload = _parse_json(await self._read_body(receive))
+        state = await self.service.start_turn(payload, principal=principal)
         headers = [(b"x-workflow-run-id", state.run_id.encode())]
         await self._stream(state.run_id, 0, -1, headers, receive, send, cors)
 
     async def _get_stream(
-        self, scope: Scope, run_id: str, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]
+        self, scope: Scope, run_id: str, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]], principal: str
     ) -> None:
-        if not is_run_id(run_id):
-            raise InvalidRequestError(f"{run_id!r} is not a run id (expected 'wrun_' and 26 characters).")
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         raw = query.get("startIndex", ["0"])[-1]
         try:
@@ -110,7 +139,7 @@ class ChatApp:
             raise InvalidRequestError(
                 f"startIndex must be an integer, got {raw!r}.", code="invalid_start_index"
             ) from None
-        state = await self.service.load(run_id)
+        state = await self.service.load(run_id, principal)
         count = await self.service.count(run_id)
         resolved = max(0, count + start) if start < 0 else start
         # A terminal run's checkpoint knows its final length even while the last chunks are still
@@ -197,6 +226,29 @@ class ChatApp:
                     await self.on_shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def _run_id(value: str) -> str:
+    if not is_run_id(value):
+        raise InvalidRequestError(
+            f"{value!r} is not a run id (expected 'wrun_' and 26 characters).", code="invalid_run_id"
+        )
+    return value
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequestError(f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
+
+
+def _not_found(method: str, scope: Scope) -> InvalidRequestError:
+    return InvalidRequestError(f"No route for {method} {scope['path']}.", code="not_found", status=404)
 
 
 def _allow(method: str, allowed: str) -> None:

@@ -11,6 +11,7 @@ from ..runner.runner import Runner
 from ..storage.files import FileChunkLog
 from ..storage.sqlite import SqliteCheckpointStore
 from .app import ChatApp
+from .auth import Authenticator
 from .notifier import CommitSignal
 from .service import ChatService, ServiceConfig
 
@@ -35,10 +36,12 @@ def build_local_kit(
     flush_interval: float = 0.01,
     config: ServiceConfig | None = None,
     cors_origins: tuple[str, ...] = ("*",),
+    authenticator: Authenticator | None = None,
 ) -> LocalKit:
     """Assemble the local chat app over ``data_dir`` (created if missing).
 
     Local writes are cheap, so the group-commit interval is short (10 ms) to keep latency low.
+    Without an ``authenticator`` every caller is ``anonymous`` (local development).
     """
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -48,5 +51,5 @@ def build_local_kit(
     runner = Runner(agent, store, log, flush_interval=flush_interval, on_commit=signal.notify)
     orchestrator = LocalOrchestrator(runner, slice_seconds=slice_seconds)
     service = ChatService(runner, orchestrator, signal=signal, config=config)
-    app = ChatApp(service, cors_origins=cors_origins, on_shutdown=orchestrator.aclose)
+    app = ChatApp(service, cors_origins=cors_origins, authenticator=authenticator, on_shutdown=orchestrator.aclose)
     return LocalKit(app=app, service=service, runner=runner, orchestrator=orchestrator, store=store, log=log)

@@ -13,12 +13,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..agent.continuation import ApprovalAnswer
 from ..agent.execution import answered_approvals
-from ..errors import InvalidRequestError, ProtocolError, ToolError
-from ..ids import new_id
+from ..errors import FencedError, InvalidRequestError, ProtocolError, RunExistsError, RunNotFoundError, ToolError
+from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage
 from ..ports import Orchestrator
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
+from ..protocol.wire import compact_json
 from ..runner.runner import Runner
 from ..runner.state import RunState
 from .notifier import CommitSignal
@@ -67,15 +69,102 @@ class ChatService:
         last = messages[-1]
         # A continuation (after an approval) streams into the existing assistant message.
         message_id = last.id if last.role == "assistant" and last.id else new_id("msg")
-        state = await asyncio.to_thread(
-            self.runner.create_run, model_messages, chat_id=chat_id, principal=principal, message_id=message_id
-        )
+        # A retried POST (same principal, chat and last message) gets the run it already started.
+        run_id = derived_run_id(principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
+        try:
+            state = await asyncio.to_thread(
+                self.runner.create_run,
+                model_messages,
+                run_id=run_id,
+                chat_id=chat_id,
+                principal=principal,
+                message_id=message_id,
+            )
+        except RunExistsError:
+            state = await self.load(run_id, principal)
         self.orchestrator.start(state.run_id)
         return state
 
-    async def load(self, run_id: str) -> RunState:
-        """The run's checkpointed state (``RunNotFoundError`` when there is no such run)."""
-        return await asyncio.to_thread(self.runner.load, run_id)
+    async def load(self, run_id: str, principal: str | None = None) -> RunState:
+        """The run's checkpointed state, if ``principal`` may see it.
+
+        ``RunNotFoundError`` both for a run that does not exist and for another principal's run,
+        so that run ids cannot be probed. A run started without a principal (an event-triggered
+        run whose event named none) is visible to every authenticated caller.
+        """
+        state = await asyncio.to_thread(self.runner.load, run_id)
+        if principal is not None and state.principal is not None and state.principal != principal:
+            raise RunNotFoundError(run_id)
+        return state
+
+    async def status(self, run_id: str, principal: str | None) -> dict[str, Any]:
+        """What the run API reports about a run."""
+        state = await self.load(run_id, principal)
+        result = state.final_result
+        pending_of = getattr(self.runner.agent, "pending_approvals", None)
+        pending = (
+            pending_of(state.turn) if state.status == "awaiting_tool_approval" and state.turn and pending_of else []
+        )
+        body: dict[str, Any] = {
+            "runId": state.run_id,
+            "status": state.status,
+            "origin": state.origin,
+            "chatId": state.chat_id,
+            "messageId": state.message_id,
+            "createdAt": state.created_at,
+            "slices": state.slices,
+            "chunkCount": await self.count(run_id),
+            "pendingApprovals": pending,
+            "continuedBy": state.continued_by,
+        }
+        if result is not None:
+            body["finishReason"] = result.finish_reason
+            body["usage"] = {"inputTokens": result.input_tokens, "outputTokens": result.output_tokens}
+            if result.output is not None:
+                body["output"] = result.output
+        if state.error:
+            body["error"] = state.error
+        return {k: v for k, v in body.items() if v is not None}
+
+    async def cancel(self, run_id: str, principal: str | None) -> RunState:
+        """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log."""
+        state = await self.load(run_id, principal)
+        if state.terminal:
+            raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
+        self.orchestrator.cancel(run_id)
+        return await self.runner.finalize(run_id, status="cancelled")
+
+    async def answer_approvals(self, run_id: str, body: Any, principal: str | None) -> RunState:
+        """Answer a paused run's approvals without a chat client; starts the continuation run."""
+        state = await self.load(run_id, principal)
+        if state.status != "awaiting_tool_approval" or state.turn is None:
+            raise InvalidRequestError(f"Run {run_id} is not waiting for approval ({state.status}).", code="not_paused",
+                                      status=409)  # fmt: skip
+        continuation = getattr(self.runner.agent, "approval_continuation", None)
+        if continuation is None:
+            raise InvalidRequestError("This agent cannot be continued through the run API.", code="unsupported")
+        messages = continuation(state.turn, _parse_answers(body))
+        if state.continued_by is not None:
+            raise InvalidRequestError(f"Run {run_id} was already answered by run {state.continued_by}.",
+                                      code="already_answered", status=409)  # fmt: skip
+        new_id = new_run_id()
+        try:  # record the answer first (a conditional write), so two answers cannot both start a run
+            await asyncio.to_thread(self.runner.mark_continued, run_id, new_id)
+        except FencedError:
+            raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
+                                      status=409) from None  # fmt: skip
+        new = await asyncio.to_thread(
+            self.runner.create_run,
+            messages,
+            run_id=new_id,
+            chat_id=state.chat_id,
+            session_id=state.session_id,
+            principal=state.principal,
+            origin=state.origin,
+            message_id=state.message_id,
+        )
+        self.orchestrator.start(new.run_id)
+        return new
 
     async def count(self, run_id: str) -> int:
         """Chunks currently in the run's log."""
@@ -156,3 +245,24 @@ class ChatService:
         except ToolError as exc:
             raise InvalidRequestError(f"Invalid approval: {exc}.", code="unknown_approval") from exc
         return converted
+
+
+def _parse_answers(body: Any) -> list[ApprovalAnswer]:
+    items = body.get("approvals") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not items:
+        raise InvalidRequestError(
+            'The body must be {"approvals": [{"approvalId": "...", "approved": true|false, "reason"?: "..."}]}.'
+        )
+    answers = []
+    for i, item in enumerate(items):
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("approvalId"), str)
+            or not isinstance(item.get("approved"), bool)
+            or not isinstance(item.get("reason", ""), str)
+        ):
+            raise InvalidRequestError(
+                f"approvals[{i}] needs a string approvalId, a boolean approved, an optional reason."
+            )
+        answers.append(ApprovalAnswer(item["approvalId"], item["approved"], item.get("reason")))
+    return answers

@@ -1,0 +1,113 @@
+"""Answering a paused turn's approvals without a chat client (an event-triggered run, say).
+
+A chat client answers approvals by POSTing the whole history. A run that nobody is chatting with
+is answered through the run API instead: the answers are turned into the same model messages a
+client would have sent, built from the paused run's own checkpointed messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRequestError
+from ..messages import (
+    AssistantMessage,
+    ExecutionDeniedOutput,
+    ModelMessage,
+    ToolApprovalRequestPart,
+    ToolApprovalResponsePart,
+    ToolCallPart,
+    ToolMessage,
+    ToolResultPart,
+)
+from .state import LoopTurnState
+
+Signer = Callable[[str, str, str, Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class ApprovalAnswer:
+    """The answer to one approval request."""
+
+    approval_id: str
+    approved: bool
+    reason: str | None = None
+
+
+def pending_approvals(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """The approval requests a paused turn waits for: approval id, tool call id, tool name, input."""
+    state = LoopTurnState.model_validate(turn)
+    calls = _calls(state.messages)
+    pending = []
+    for part in _requests(state.messages):
+        if part.tool_call_id in state.pending_approvals and part.tool_call_id in calls:
+            call = calls[part.tool_call_id]
+            pending.append(
+                {
+                    "approvalId": part.approval_id,
+                    "toolCallId": call.tool_call_id,
+                    "toolName": call.tool_name,
+                    "input": call.input,
+                }
+            )
+    return pending
+
+
+def continuation_messages(turn: dict[str, Any], answers: Sequence[ApprovalAnswer], sign: Signer) -> list[ModelMessage]:
+    """The conversation of a paused turn with these answers appended, ready to start the next run."""
+    state = LoopTurnState.model_validate(turn)
+    pending = {p["approvalId"]: p for p in pending_approvals(turn)}
+    unknown = [a.approval_id for a in answers if a.approval_id not in pending]
+    if unknown:
+        raise InvalidRequestError(
+            f"Unknown approval ids: {unknown}; pending: {sorted(pending)}.", code="unknown_approval"
+        )
+    if {a.approval_id for a in answers} != set(pending):
+        missing = sorted(set(pending) - {a.approval_id for a in answers})
+        raise InvalidRequestError(f"Answer every pending approval; missing: {missing}.", code="missing_approval")
+    messages = list(state.messages)
+    for part in _requests(messages):
+        call = pending.get(part.approval_id)
+        if call is not None:
+            part.signature = sign(part.approval_id, call["toolCallId"], call["toolName"], call["input"])
+    content: list[ToolResultPart | ToolApprovalResponsePart] = []
+    for answer in answers:
+        call = pending[answer.approval_id]
+        content.append(
+            ToolApprovalResponsePart(approval_id=answer.approval_id, approved=answer.approved, reason=answer.reason)
+        )
+        if not answer.approved:
+            content.append(
+                ToolResultPart(
+                    tool_call_id=call["toolCallId"],
+                    tool_name=call["toolName"],
+                    output=ExecutionDeniedOutput(reason=answer.reason),
+                )
+            )
+    if isinstance(messages[-1], ToolMessage):
+        messages[-1] = ToolMessage(content=[*messages[-1].content, *content])
+    else:
+        messages.append(ToolMessage(content=content))
+    return messages
+
+
+def _requests(messages: Sequence[ModelMessage]) -> list[ToolApprovalRequestPart]:
+    return [
+        p
+        for m in messages
+        if isinstance(m, AssistantMessage)
+        for p in m.content
+        if isinstance(p, ToolApprovalRequestPart)
+    ]
+
+
+def _calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPart]:
+    return {
+        p.tool_call_id: p
+        for m in messages
+        if isinstance(m, AssistantMessage)
+        for p in m.content
+        if isinstance(p, ToolCallPart)
+    }

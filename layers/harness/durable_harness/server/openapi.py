@@ -1,0 +1,128 @@
+"""The OpenAPI document of the chat app (served at ``/openapi.json``; used by the API fuzz tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+
+_RUN_ID = {"type": "string", "pattern": "^wrun_[0-9a-z]{26}$", "description": "A run id (from x-workflow-run-id)."}
+_ERROR = {
+    "description": "An error; `code` names it, `message` says what to fix.",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {
+                    "error": {
+                        "type": "object",
+                        "required": ["code", "message"],
+                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                    }
+                },
+            }
+        }
+    },
+}
+_SSE = {
+    "description": "The run's UI message chunks as server-sent events, ending with `finish` (then `[DONE]`).",
+    "headers": {
+        "x-workflow-run-id": {"schema": {"type": "string"}},
+        "x-workflow-stream-tail-index": {"schema": {"type": "integer"}},
+    },
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+_ERRORS = {str(code): _ERROR for code in (400, 401, 404, 405, 409, 413)}
+_PATH_RUN = [{"name": "runId", "in": "path", "required": True, "schema": _RUN_ID}]
+_JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 description of every route."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "durable-harness chat API", "version": __version__},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/health": {"get": {"security": [], "responses": {"200": {"description": "The app is up."}}}},
+            "/api/chat": {
+                "post": {
+                    "summary": "Start a chat turn and stream it.",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["messages"],
+                                    "properties": {
+                                        "id": {"type": "string", "minLength": 1, "maxLength": 200},
+                                        "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {"200": _SSE, **_ERRORS},
+                }
+            },
+            "/api/chat/{runId}/stream": {
+                "get": {
+                    "summary": "Replay and follow a run's stream from an absolute (or, if negative, tail) index.",
+                    "parameters": [
+                        *_PATH_RUN,
+                        {"name": "startIndex", "in": "query", "required": False, "schema": {"type": "integer"}},
+                    ],
+                    "responses": {"200": _SSE, **_ERRORS},
+                }
+            },
+            "/api/runs/{runId}": {
+                "get": {
+                    "summary": "A run's status, result and pending approvals.",
+                    "parameters": _PATH_RUN,
+                    "responses": {"200": {"description": "The run.", "content": _JSON_OBJECT}, **_ERRORS},
+                }
+            },
+            "/api/runs/{runId}/cancel": {
+                "post": {
+                    "summary": "Cancel a run; its stream ends with `finish`.",
+                    "parameters": _PATH_RUN,
+                    "responses": {"200": {"description": "Cancelled.", "content": _JSON_OBJECT}, **_ERRORS},
+                }
+            },
+            "/api/runs/{runId}/approvals": {
+                "post": {
+                    "summary": "Answer a paused run's approvals; starts the continuation run.",
+                    "parameters": _PATH_RUN,
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["approvals"],
+                                    "properties": {
+                                        "approvals": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "object",
+                                                "required": ["approvalId", "approved"],
+                                                "properties": {
+                                                    "approvalId": {"type": "string"},
+                                                    "approved": {"type": "boolean"},
+                                                    "reason": {"type": "string"},
+                                                },
+                                            },
+                                        }
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {"202": {"description": "The continuation run.", "content": _JSON_OBJECT}, **_ERRORS},
+                }
+            },
+        },
+    }

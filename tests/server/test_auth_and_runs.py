@@ -1,0 +1,143 @@
+"""Authentication, run isolation, and the run API (status, cancel, approvals without a chat client)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from durable_harness import ApprovalSecret
+from durable_harness.demo import SAVED_NOTES, build_demo_agent
+from durable_harness.server.auth import TokenAuth, authenticator_from_env, parse_token_hashes
+from durable_harness.server.local import LocalKit, build_local_kit
+
+from tests.support import parse_sse_body, serve, user_message
+
+ALICE, BOB = "alice-token-1234", "bob-token-5678"
+HASHES = ",".join(
+    f"{name}:{hashlib.sha256(token.encode()).hexdigest()}" for name, token in [("alice", ALICE), ("bob", BOB)]
+)
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> LocalKit:
+    agent = build_demo_agent(delay=0, approval_secret=ApprovalSecret.from_value("s3cret"))
+    return build_local_kit(agent, tmp_path / "data", authenticator=TokenAuth.from_entries(HASHES))
+
+
+@pytest.fixture
+def url(kit: LocalKit) -> Iterator[str]:
+    with serve(kit.app) as base:
+        yield base
+
+
+def chat(url: str, text: str, token: str = ALICE) -> httpx.Response:
+    body = json.dumps({"messages": [user_message(text)]})
+    return httpx.post(f"{url}/api/chat", content=body, headers=auth(token), timeout=10)
+
+
+def test_token_entries_and_modes() -> None:
+    assert set(parse_token_hashes(HASHES).values()) == {"alice", "bob"}
+    with pytest.raises(ValueError, match="sha256"):
+        parse_token_hashes("alice:not-a-digest")
+    with pytest.raises(ValueError, match="AUTH_TOKENS_SECRET"):
+        authenticator_from_env({"AUTH_MODE": "token"})
+    with pytest.raises(ValueError, match="token, iam or none"):
+        authenticator_from_env({"AUTH_MODE": "open"})
+
+
+def test_requests_without_valid_credentials_get_401(url: str) -> None:
+    body = json.dumps({"messages": [user_message("hi")]})
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {ALICE}"}):
+        response = httpx.post(f"{url}/api/chat", content=body, headers=headers)
+        assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+        assert response.headers["www-authenticate"] == "Bearer"
+    run_id = chat(url, "hi").headers["x-workflow-run-id"]
+    assert httpx.get(f"{url}/api/chat/{run_id}/stream").status_code == 401
+    assert httpx.get(f"{url}/api/runs/{run_id}").status_code == 401
+    assert httpx.get(f"{url}/health").status_code == 200  # the readiness check needs no token
+
+
+def test_another_principals_run_is_not_found(url: str) -> None:
+    run_id = chat(url, "hi", ALICE).headers["x-workflow-run-id"]
+    assert httpx.get(f"{url}/api/chat/{run_id}/stream", headers=auth(ALICE)).status_code == 200
+    for method, path in [
+        ("GET", f"/api/chat/{run_id}/stream?startIndex=0"),
+        ("GET", f"/api/runs/{run_id}"),
+        ("POST", f"/api/runs/{run_id}/cancel"),
+        ("POST", f"/api/runs/{run_id}/approvals"),
+    ]:
+        response = httpx.request(method, url + path, headers=auth(BOB), content=b'{"approvals":[]}')
+        assert response.status_code == 404, path
+        assert response.json()["error"]["code"] == "run_not_found"
+
+
+def test_status_of_a_finished_run(url: str) -> None:
+    post = chat(url, "What is the weather in Rome?")
+    run_id = post.headers["x-workflow-run-id"]
+    status = httpx.get(f"{url}/api/runs/{run_id}", headers=auth(ALICE)).json()
+    assert status["status"] == "finished" and status["finishReason"] == "stop"
+    assert status["chunkCount"] == len(parse_sse_body(post.content)) and status["pendingApprovals"] == []
+    assert httpx.get(f"{url}/api/runs/not-a-run", headers=auth(ALICE)).status_code == 400
+
+
+def test_cancel_a_live_run(tmp_path: Path) -> None:
+    kit = build_local_kit(build_demo_agent(delay=0.05), tmp_path / "slow")
+    with (
+        serve(kit.app) as url,
+        httpx.stream(
+            "POST", f"{url}/api/chat", content=json.dumps({"messages": [user_message("tell me something")]}), timeout=10
+        ) as post,
+    ):
+        run_id = post.headers["x-workflow-run-id"]
+        stream = post.iter_raw()
+        next(stream)  # the run is streaming
+        cancelled = httpx.post(f"{url}/api/runs/{run_id}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        rest = b"".join(stream)
+        chunks = parse_sse_body(httpx.get(f"{url}/api/chat/{run_id}/stream").content)
+        again = httpx.post(f"{url}/api/runs/{run_id}/cancel")
+    assert chunks[-1] == {"type": "finish", "finishReason": "other"}
+    assert [c["type"] for c in chunks].count("finish") == 1
+    assert rest.endswith(b"data: [DONE]\n\n")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "run_ended"
+
+
+def test_approvals_of_a_run_without_a_chat_client(url: str) -> None:
+    SAVED_NOTES.clear()
+    paused = chat(url, "Please save a note: call the plumber").headers["x-workflow-run-id"]
+    status = httpx.get(f"{url}/api/runs/{paused}", headers=auth(ALICE)).json()
+    assert status["status"] == "awaiting_tool_approval"
+    (pending,) = status["pendingApprovals"]
+    assert pending["toolName"] == "save_note" and pending["approvalId"] == f"approval-{pending['toolCallId']}"
+
+    def answer(body: Any) -> httpx.Response:
+        return httpx.post(f"{url}/api/runs/{paused}/approvals", json=body, headers=auth(ALICE))
+
+    assert answer({"approvals": [{"approvalId": "approval-nope", "approved": True}]}).json()["error"]["code"] == (
+        "unknown_approval"
+    )
+    assert answer({"approvals": "yes"}).status_code == 400
+    assert SAVED_NOTES == {}
+    started = answer({"approvals": [{"approvalId": pending["approvalId"], "approved": True}]})
+    assert started.status_code == 202
+    new_run = started.json()["runId"]
+    chunks = parse_sse_body(httpx.get(url + started.json()["stream"], headers=auth(ALICE)).content)
+    assert chunks[0]["messageId"] == status["messageId"]  # streams into the same assistant message
+    assert any(c["type"] == "tool-output-available" and c["toolCallId"] == pending["toolCallId"] for c in chunks)
+    assert chunks[-1] == {"type": "finish", "finishReason": "stop"}
+    assert SAVED_NOTES and httpx.get(f"{url}/api/runs/{new_run}", headers=auth(ALICE)).json()["status"] == "finished"
+    assert answer({"approvals": [{"approvalId": pending["approvalId"], "approved": True}]}).status_code == 409
+
+
+def test_openapi_document(url: str) -> None:
+    document = httpx.get(f"{url}/openapi.json").json()
+    assert document["openapi"].startswith("3.1") and "/api/runs/{runId}/approvals" in document["paths"]
