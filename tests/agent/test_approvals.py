@@ -186,3 +186,14 @@ async def test_a_pending_approval_survives_slices_and_its_continuation_too() -> 
     assert message_of(chunks) == message_of(expected)
     _, state = await sliced.run(answered(user, chunks, True), "msg_a")
     assert state.status == "finished" and SAVED_NOTES == {"shopping": "milk"}
+
+
+def test_rotation_signs_with_the_first_secret_and_verifies_with_any() -> None:
+    old = ApprovalSecret.from_value(SECRET)
+    rotated = ApprovalSecret.from_value("new-secret\n" + SECRET)
+    issued_before = old.sign("approval-c1", "c1", "save_note", NOTE)
+    assert rotated.verify(issued_before, "approval-c1", "c1", "save_note", NOTE)
+    assert rotated.sign("approval-c1", "c1", "save_note", NOTE) == sign_tool_approval(
+        "new-secret", "approval-c1", "c1", "save_note", NOTE
+    )
+    assert not ApprovalSecret.from_value("new-secret").verify(issued_before, "approval-c1", "c1", "save_note", NOTE)

@@ -120,16 +120,27 @@ class ApprovalSecret:
             return os.environ.get(self.env_var) or None
         return None
 
+    def keys(self) -> list[str]:
+        """The configured secrets: the first signs, every one verifies.
+
+        Several secrets (one per line) let a rotation keep approvals issued under the old
+        secret valid: put the new secret first and remove the old one once its approvals expired.
+        """
+        value = self.get()
+        return [k.strip() for k in value.splitlines() if k.strip()] if value else []
+
     def sign(self, approval_id: str, tool_call_id: str, tool_name: str, tool_input: Any) -> str | None:
         """The signature of an approval request, or None without a secret."""
-        secret = self.get()
-        return sign_tool_approval(secret, approval_id, tool_call_id, tool_name, tool_input) if secret else None
+        keys = self.keys()
+        return sign_tool_approval(keys[0], approval_id, tool_call_id, tool_name, tool_input) if keys else None
 
     def verify(
         self, signature: str | None, approval_id: str, tool_call_id: str, tool_name: str, tool_input: Any
     ) -> bool:
-        """True when no secret is configured, or when the signature is valid."""
-        secret = self.get()
-        if secret is None:
+        """True when no secret is configured, or when the signature is valid under one of the secrets."""
+        keys = self.keys()
+        if not keys:
             return True
-        return verify_tool_approval(secret, signature, approval_id, tool_call_id, tool_name, tool_input)
+        return any(
+            verify_tool_approval(key, signature, approval_id, tool_call_id, tool_name, tool_input) for key in keys
+        )

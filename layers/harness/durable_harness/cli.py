@@ -7,10 +7,13 @@ import importlib
 import json
 import logging
 import os
+import secrets
 import sys
+from pathlib import Path
 from typing import Any
 
 from .agent.protocol import HarnessWorkflowAgent
+from .approvals import DEFAULT_SECRET_ENV
 
 DEFAULT_AGENT = "my_agent:build_agent"
 
@@ -30,14 +33,33 @@ def load_agent(spec: str, **kwargs: Any) -> HarnessWorkflowAgent:
     return agent
 
 
+def _local_approval_secret(data_dir: str) -> None:
+    """Sign approvals locally too: a secret kept in the data folder (mode 0600), stable across restarts."""
+    if os.environ.get(DEFAULT_SECRET_ENV):
+        return
+    path = Path(data_dir) / "approval-secret"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+    os.environ[DEFAULT_SECRET_ENV] = path.read_text().strip()
+
+
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
 
     extra = {"delay": args.demo_delay} if args.agent == DEFAULT_AGENT else {}
+    _local_approval_secret(args.data_dir)
     agent = load_agent(args.agent, **extra)
-    kit = build_local_kit(agent, args.data_dir, slice_seconds=args.slice_seconds)
+    try:
+        authenticator = authenticator_from_env(os.environ, default_mode="none")
+    except ValueError as exc:
+        raise SystemExit(f"authentication: {exc}") from None
+    kit = build_local_kit(agent, args.data_dir, slice_seconds=args.slice_seconds, authenticator=authenticator)
     url = f"http://{args.host}:{args.port}"
     print(f"durable-harness: chat app on {url}  (data in {args.data_dir}, agent {args.agent})", flush=True)
     question = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "What is the weather in Paris?"}]}

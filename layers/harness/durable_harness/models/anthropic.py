@@ -58,6 +58,7 @@ from .openai import (
     error_detail,
     http_error,
     iter_sse_data,
+    merge_provider_settings,
     parse_data_url,
     redact,
     tool_input_object,
@@ -170,9 +171,7 @@ class AnthropicModel:
         ):
             if settings.get(ours) is not None:
                 body[theirs] = settings[ours]
-        extra = settings.get("anthropic")
-        if isinstance(extra, dict):
-            body.update(extra)
+        merge_provider_settings(body, settings.get("anthropic"))
         body["stream"] = True
         return body
 

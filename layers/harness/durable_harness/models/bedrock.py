@@ -55,6 +55,7 @@ from .base import ModelRequest, ModelStreamPart
 from .openai import (
     STANDARD_SETTINGS,
     is_retryable_status,
+    merge_provider_settings,
     parse_data_url,
     retry_after_seconds,
     tool_input_object,
@@ -196,9 +197,8 @@ class BedrockConverseModel:
                     "structure": {"jsonSchema": {"schema": compact_json(request.response_format), "name": "output"}},
                 }
             }
-        extra = settings.get("bedrock")
-        if isinstance(extra, dict):
-            arguments.update(extra)
+        merge_provider_settings(arguments, settings.get("bedrock"))
+        arguments["modelId"] = self.bedrock_model_id
         return arguments
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamPart]:

@@ -215,6 +215,17 @@ def tool_input_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def merge_provider_settings(body: dict[str, Any], extra: Any) -> None:
+    """Merge ``settings[<provider>]`` into a request body; a ``None`` value removes that key."""
+    if not isinstance(extra, dict):
+        return
+    for key, value in extra.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+
+
 def unsupported_settings(settings: Mapping[str, Any], supported: Iterable[str]) -> list[hp.CallWarning]:
     """Warnings for the standard settings this provider ignores and for unknown keys."""
     allowed = set(supported) | PROVIDER_SETTINGS
@@ -341,9 +352,7 @@ class OpenAIChatModel:
         ):
             if settings.get(ours) is not None:
                 body[theirs] = settings[ours]
-        extra = settings.get("openai")
-        if isinstance(extra, dict):
-            body.update(extra)
+        merge_provider_settings(body, settings.get("openai"))
         return body
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamPart]:
