@@ -92,7 +92,7 @@ class DemoModel:
             ):
                 facts.append(f"Understood: I did not run {result.tool_name}.")
             elif result.output.type in ("error-text", "error-json"):
-                facts.append(f"{result.tool_name} failed: {value}.")
+                facts.append(f"{result.tool_name} failed: {str(value).rstrip('.')}.")
             elif isinstance(value, dict) and {"city", "tempC"} <= value.keys():
                 facts.append(f"It is {value['tempC']} °C and {value.get('conditions', 'clear')} in {value['city']}.")
             else:
