@@ -14,7 +14,7 @@ PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(co
 dev: setup
 	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
 
-test: setup node-setup lint typecheck test-python test-node test-python312
+test: setup node-setup lint typecheck test-python test-node test-python312 deploy-checks
 
 setup: $(VENV)/.installed
 
@@ -50,3 +50,33 @@ test-python312:
 
 clean:
 	rm -rf .venv .venv312 .data tests/node/node_modules .pytest_cache .mypy_cache .ruff_cache
+
+# --- Offline checks of the AWS deployment (no AWS account, no Docker) ----------------------------
+# The SAM CLI tools live in their own venv: aws-sam-cli pins versions that may clash with ours.
+#   sam validate --lint          the SAM template (SAM schema + cfn-lint)
+#   sam_to_cfn.py | cfn-lint     the template SAM would deploy, expanded offline (catches errors
+#                                inside the generated resources that the first check cannot see)
+#   sam build                    the layer and the functions, arm64 wheels, no container
+#                                (needs python3.12 on PATH; pip's download cache is reused)
+SAM_VENV ?= .venv-sam
+SAM_ENV := SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1
+
+.PHONY: deploy-checks sam-setup
+
+sam-setup: $(SAM_VENV)/.installed
+
+$(SAM_VENV)/.installed: tests/deploy/requirements-sam.txt
+	$(PYTHON) -m venv $(SAM_VENV)
+	printf '*\n' > $(SAM_VENV)/.gitignore
+	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/python -m pip install --quiet -r tests/deploy/requirements-sam.txt
+	touch $@
+
+deploy-checks: sam-setup
+	@if [ -z "$(PYTHON312)" ]; then echo "deploy-checks: sam build needs python3.12 on PATH" >&2; exit 1; fi
+	$(SAM_ENV) $(SAM_VENV)/bin/sam validate --lint --template template.yaml
+	@mkdir -p .aws-sam
+	$(SAM_ENV) $(SAM_VENV)/bin/python tests/deploy/sam_to_cfn.py template.yaml > .aws-sam/template.cfn.json
+	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint --format parseable .aws-sam/template.cfn.json
+	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
+	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache

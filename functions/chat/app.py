@@ -1,18 +1,45 @@
 """Entry point of the chat function: the ASGI app served by uvicorn (behind the Lambda Web Adapter).
 
-Locally (and until the AWS adapters are configured) it serves the local kit: embedded storage in
-``DATA_DIR`` and the agent named by ``AGENT``.
+Deployed (``RUNS_TABLE`` set by the template) it serves the AWS runtime: run records in DynamoDB,
+the chunk log in S3, runs driven by the Step Functions state machine. CORS is answered by the
+Function URL (its ``Cors`` settings), so the app adds no CORS headers of its own there.
+
+Locally (no ``RUNS_TABLE``) it serves the local kit: embedded storage in ``DATA_DIR``, the agent
+named by ``AGENT``, in-process slices.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from durable_harness.cli import DEFAULT_AGENT, load_agent
+from durable_harness.server.app import ChatApp
+from durable_harness.server.auth import authenticator_from_env
 from durable_harness.server.local import build_local_kit
+from durable_harness.server.service import ServiceConfig
 
-app = build_local_kit(
-    load_agent(os.environ.get("AGENT", DEFAULT_AGENT)),
-    os.environ.get("DATA_DIR", "/tmp/durable-harness"),
-    slice_seconds=float(os.environ.get("SLICE_SECONDS", "600")),
-).app
+
+def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
+    """The chat app for this environment: the AWS runtime when ``RUNS_TABLE`` is set, else the local kit."""
+    agent = load_agent(env.get("AGENT", DEFAULT_AGENT))
+    if not env.get("RUNS_TABLE"):
+        return build_local_kit(
+            agent,
+            env.get("DATA_DIR", "/tmp/durable-harness"),
+            slice_seconds=float(env.get("SLICE_SECONDS", "600")),
+            authenticator=authenticator_from_env(env, default_mode="none"),
+        ).app
+
+    from durable_harness.aws.runtime import build_runtime
+    from durable_harness.runner.runner import Runner
+    from durable_harness.server.service import ChatService
+
+    runtime = build_runtime(env)
+    runner = Runner(agent, runtime.store, runtime.log, flush_interval=0.1)
+    config = ServiceConfig(stream_window_seconds=float(env.get("STREAM_WINDOW_SECONDS", "840")))
+    service = ChatService(runner, runtime.orchestrator, config=config)
+    return ChatApp(service, authenticator=authenticator_from_env(env, default_mode="token"))
+
+
+app = build_app()

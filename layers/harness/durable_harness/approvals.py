@@ -21,6 +21,7 @@ from typing import Any
 
 SIGNATURE_VERSION = "ai-sdk-tool-approval-v1"
 DEFAULT_SECRET_ENV = "TOOL_APPROVAL_SECRET"
+DEFAULT_SECRET_ARN_ENV = "TOOL_APPROVAL_SECRET_ARN"
 
 
 def _b64url(data: bytes) -> str:
@@ -81,6 +82,9 @@ def verify_tool_approval(
 class ApprovalSecret:
     """Where the signing secret comes from: an environment variable or a Secrets Manager secret.
 
+    By default: the secret whose ARN is in ``TOOL_APPROVAL_SECRET_ARN`` (as deployed), else the
+    value of ``TOOL_APPROVAL_SECRET``.
+
     The value is read when first needed and cached (Secrets Manager values for ``max_age``
     seconds). ``repr`` never shows it.
     """
@@ -111,10 +115,11 @@ class ApprovalSecret:
         """The secret, or None when none is configured (approvals are then unsigned)."""
         if self._loader is not None:
             return self._loader()
-        if self.secret_id:
+        secret_id = self.secret_id or (os.environ.get(DEFAULT_SECRET_ARN_ENV) if self.env_var else None)
+        if secret_id:
             from aws_lambda_powertools.utilities.parameters import get_secret
 
-            value = get_secret(self.secret_id, max_age=self.max_age)
+            value = get_secret(secret_id, max_age=self.max_age)
             return value.decode() if isinstance(value, bytes) else str(value)
         if self.env_var:
             return os.environ.get(self.env_var) or None

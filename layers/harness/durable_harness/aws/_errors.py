@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTT
 from ..errors import FatalError, HarnessError, StorageError
 
 __all__ = [
+    "RETRYABLE_CODES",
     "AwsRequestError",
     "aws_errors",
     "error_code",
@@ -60,6 +61,7 @@ RETRYABLE_CODES = frozenset(
         "ExecutionLimitExceeded",
     }
 )
+"""AWS error codes that :func:`translate` turns into the retryable ``StorageError``."""
 
 
 class AwsRequestError(FatalError):

@@ -1,0 +1,102 @@
+"""The slice function: one time slice of a run, invoked by the state machine's ``RunSlice`` task.
+
+Event: ``{"runId": ..., "generation": ..., "execution": ..., "attempt": ...}`` (only ``runId`` is
+needed). The slice loads the run's checkpoint, runs the agent until its budget is spent at a step
+boundary (or the turn pauses or ends), and returns the small result the state machine routes on:
+``{"runId", "status", "slices"}``.
+
+Errors, as the state machine sees them:
+
+* a :class:`~durable_harness.errors.RetryableError` becomes :class:`RetryableSliceError`, the
+  error name the state machine retries with backoff (the next attempt resumes from the last
+  checkpoint, with ``reset-step`` if this one died mid-step);
+* a :class:`~durable_harness.errors.FencedError` (a newer writer, such as a cancel, owns the run)
+  returns status ``fenced``, and the execution ends quietly;
+* anything else propagates; the state machine's catch runs the finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from durable_harness.aws.events import EventPublisher, kind_for_status
+from durable_harness.aws.runtime import AwsRuntime, build_runtime
+from durable_harness.cli import DEFAULT_AGENT, load_agent
+from durable_harness.errors import FencedError, HarnessError, RetryableError
+from durable_harness.runner.runner import Runner
+from durable_harness.runner.state import RunState
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+SAFETY_MARGIN_SECONDS = 60.0
+"""Time kept back from the invocation's remaining time: a slice stops only at a step boundary."""
+
+
+class RetryableSliceError(Exception):
+    """A transient failure; the state machine retries the slice on this error name."""
+
+
+@cache
+def _runtime() -> tuple[AwsRuntime, Runner]:
+    """The AWS adapters and the runner, built once per container on first use."""
+    runtime = build_runtime()
+    agent = load_agent(os.environ.get("AGENT", DEFAULT_AGENT))
+    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=0.1)
+
+
+def slice_budget(context: LambdaContext | None) -> float:
+    """Seconds this slice may spend: ``SLICE_SECONDS``, capped by the invocation's remaining time."""
+    budget = float(os.environ.get("SLICE_SECONDS", "600"))
+    if context is not None:
+        budget = min(budget, context.get_remaining_time_in_millis() / 1000 - SAFETY_MARGIN_SECONDS)
+    return max(0.0, budget)
+
+
+def _announce(events: EventPublisher | None, before: str, state: RunState) -> None:
+    """Publish the lifecycle events of this slice's status change (best effort)."""
+    if events is None:
+        return
+    kinds = ["Run Started"] if before == "not_started" else []
+    if state.status != before and (kind := kind_for_status(state.status)):
+        kinds.append(kind)
+    for kind in kinds:
+        try:
+            events.publish(state, kind)
+        except HarnessError as exc:  # a lost notification must not fail (and so repeat) the slice
+            logger.warning("could not publish a lifecycle event", extra={"kind": kind, "reason": str(exc)})
+
+
+async def _run_slice(runner: Runner, run_id: str, budget: float) -> tuple[str, RunState]:
+    before = (await asyncio.to_thread(runner.load, run_id)).status
+    return before, await runner.run_slice(run_id, budget_seconds=budget)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Run one slice of ``event["runId"]``; returns ``{"runId", "status", "slices"}``."""
+    run_id = str(event["runId"])
+    logger.append_keys(run_id=run_id, generation=event.get("generation"), attempt=event.get("attempt"))
+    runtime, runner = _runtime()
+    metrics.add_metric(name="Slices", unit=MetricUnit.Count, value=1)
+    try:
+        before, state = asyncio.run(_run_slice(runner, run_id, slice_budget(context)))
+    except FencedError as exc:
+        logger.info("slice fenced off by a newer writer; stopping", extra={"reason": str(exc)})
+        return {"runId": run_id, "status": "fenced", "slices": 0}
+    except RetryableError as exc:
+        logger.warning("slice failed with a retryable error", extra={"reason": str(exc)})
+        metrics.add_metric(name="SliceRetries", unit=MetricUnit.Count, value=1)
+        raise RetryableSliceError(str(exc)) from exc
+    logger.info("slice done", extra={"before": before, "status": state.status, "slices": state.slices})
+    _announce(runtime.events, before, state)
+    return {"runId": run_id, "status": state.status, "slices": state.slices}

@@ -1,0 +1,86 @@
+"""The trigger function: starts a run for each "Start Run" event (decision D9).
+
+Invoked by the EventBridge rule on ``source: durable-harness.client, detail-type: Start Run``
+(and, when a schedule is configured, by EventBridge Scheduler with an event of the same shape
+whose source is ``durable-harness.schedule``). ``detail`` carries ``prompt`` (one user message)
+or ``messages`` (AI SDK UI messages), and optionally ``runId`` and ``chatId``.
+
+EventBridge delivers at least once. The run id is derived from the event (its ``id``, or a valid
+``detail.runId``), the run is created only if it does not exist, and the execution is named after
+the run: the same event delivered twice starts one run. The run then streams to the same chunk
+log as a chat run and can be followed with ``GET /api/chat/<runId>/stream``.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from durable_harness.aws.events import START_RUN_SOURCE, parse_start_run_event
+from durable_harness.aws.runtime import AwsRuntime, build_runtime
+from durable_harness.cli import DEFAULT_AGENT, load_agent
+from durable_harness.errors import InvalidRequestError, ProtocolError, RunExistsError
+from durable_harness.protocol.ui_messages import convert_to_model_messages
+from durable_harness.runner.runner import Runner
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+SCHEDULE_SOURCE = "durable-harness.schedule"
+"""The ``source`` of the events the optional schedule sends (see template.yaml)."""
+
+
+@cache
+def _runtime() -> tuple[AwsRuntime, Runner]:
+    """The AWS adapters and the runner, built once per container on first use."""
+    runtime = build_runtime()
+    agent = load_agent(os.environ.get("AGENT", DEFAULT_AGENT))
+    return runtime, Runner(agent, runtime.store, runtime.log)
+
+
+def create_run(runner: Runner, event: dict[str, Any]) -> tuple[str, bool]:
+    """Create the event's run unless it exists; ``(run_id, needs_start)``."""
+    source = SCHEDULE_SOURCE if event.get("source") == SCHEDULE_SOURCE else START_RUN_SOURCE
+    request = parse_start_run_event(event, source=source)
+    messages = convert_to_model_messages(request.messages)
+    last = request.messages[-1]
+    message_id = last.id if last.role == "assistant" and last.id else None
+    try:
+        runner.create_run(
+            messages,
+            run_id=request.run_id,
+            chat_id=request.chat_id,
+            principal=None,  # visible to every authenticated caller of the chat API (it follows the run)
+            origin="event",
+            message_id=message_id,
+        )
+    except RunExistsError:
+        # A redelivery. Start only if the first delivery died between creating and starting.
+        return request.run_id, runner.load(request.run_id).status == "not_started"
+    return request.run_id, True
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Start the run an event asks for; returns ``{"runId"}`` (or ``{"error"}`` for a bad event)."""
+    runtime, runner = _runtime()
+    try:
+        run_id, needs_start = create_run(runner, event)
+    except (InvalidRequestError, ProtocolError, ValueError) as exc:
+        # Retrying cannot fix a malformed event: report it and drop it.
+        logger.error("rejected a Start Run event", extra={"event_id": event.get("id"), "reason": str(exc)})
+        metrics.add_metric(name="InvalidStartRunEvents", unit=MetricUnit.Count, value=1)
+        return {"error": str(exc)}
+    logger.append_keys(run_id=run_id)
+    if needs_start:
+        runtime.orchestrator.start(run_id)
+    logger.info("run started" if needs_start else "run already started", extra={"event_id": event.get("id")})
+    metrics.add_metric(name="RunsStarted", unit=MetricUnit.Count, value=1 if needs_start else 0)
+    return {"runId": run_id}

@@ -1,0 +1,179 @@
+"""EventBridge in both directions: run lifecycle events out, "Start Run" events in (D9).
+
+Outbound. :class:`EventPublisher` puts one event per lifecycle transition on a bus, with
+``source`` (default ``durable-harness``) and ``detail-type`` one of :data:`LIFECYCLE_KINDS`. The
+detail names the run and how it ended, never what was said: ``runId``, ``chatId``, ``status``,
+``origin``, ``finishReason``, ``error``. Subscribers that want the content read the run's log.
+
+Inbound. A run can be started by an event like::
+
+    {"source": "durable-harness.client", "detail-type": "Start Run",
+     "detail": {"prompt": "Summarize today's tickets", "chatId": "ops", "runId": "wrun_..."}}
+
+with ``messages`` (AI SDK UI messages) instead of ``prompt`` for a whole conversation. EventBridge
+delivers at least once, so the run id is derived from the event's ``id`` (the same on every
+redelivery) unless ``detail.runId`` already is a valid run id: the same event starts one run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import InvalidRequestError, ProtocolError, StorageError
+from ..ids import derived_run_id, is_run_id
+from ..protocol.ui_messages import TextUIPart, UIMessage, parse_ui_messages
+from ..runner.state import RunState
+from ._errors import aws_errors
+
+__all__ = [
+    "LIFECYCLE_KINDS",
+    "START_RUN_DETAIL_TYPE",
+    "START_RUN_SOURCE",
+    "EventPublisher",
+    "StartRunRequest",
+    "kind_for_status",
+    "parse_start_run_event",
+    "run_id_for_event",
+    "start_run_pattern",
+]
+
+LIFECYCLE_KINDS: Final = frozenset(
+    {"Run Started", "Run Awaiting Approval", "Run Finished", "Run Failed", "Run Cancelled"}
+)
+"""The ``detail-type`` values of outbound events."""
+
+START_RUN_SOURCE: Final = "durable-harness.client"
+"""Default ``source`` of inbound events that start a run."""
+
+START_RUN_DETAIL_TYPE: Final = "Start Run"
+"""``detail-type`` of inbound events that start a run."""
+
+_STATUS_KINDS = {
+    "awaiting_tool_approval": "Run Awaiting Approval",
+    "finished": "Run Finished",
+    "failed": "Run Failed",
+    "cancelled": "Run Cancelled",
+}
+_MAX_ERROR = 1000  # characters of an error message put into an event
+_MAX_PROMPT = 100_000
+
+
+def kind_for_status(status: str) -> str | None:
+    """The lifecycle event for a run that reached ``status`` (``None`` when there is none)."""
+    return _STATUS_KINDS.get(status)
+
+
+class EventPublisher:
+    """Publishes run lifecycle events to an EventBridge bus through ``client`` (boto3 events)."""
+
+    def __init__(self, event_bus_name: str, *, client: Any, source: str = "durable-harness") -> None:
+        """Publish on ``event_bus_name`` (a name or ARN) with the given ``source``."""
+        self._bus = event_bus_name
+        self._events = client
+        self._source = source
+
+    @property
+    def event_bus_name(self) -> str:
+        """The bus events go to."""
+        return self._bus
+
+    def detail(self, run_state: RunState) -> dict[str, Any]:
+        """The event detail for a run: identifiers and outcome only, no message content."""
+        final = run_state.final_result
+        error = run_state.error
+        return {
+            "runId": run_state.run_id,
+            "chatId": run_state.chat_id,
+            "status": run_state.status,
+            "origin": run_state.origin,
+            "finishReason": final.finish_reason if final is not None else None,
+            "error": error[:_MAX_ERROR] if error else None,
+        }
+
+    def publish(self, run_state: RunState, kind: str) -> None:
+        """Put one lifecycle event; ``StorageError`` when EventBridge does not accept it."""
+        if kind not in LIFECYCLE_KINDS:
+            raise ValueError(f"unknown lifecycle event kind {kind!r}; expected one of {sorted(LIFECYCLE_KINDS)}")
+        entry = {
+            "EventBusName": self._bus,
+            "Source": self._source,
+            "DetailType": kind,
+            "Detail": json.dumps(self.detail(run_state), separators=(",", ":")),
+        }
+        with aws_errors(f"publishing {kind!r} for run {run_state.run_id!r}"):
+            response = self._events.put_events(Entries=[entry])
+        # PutEvents answers 200 even when it rejected entries; the failures are per entry.
+        if response.get("FailedEntryCount", 0):
+            failed: dict[str, Any] = next((e for e in response.get("Entries", []) if e.get("ErrorCode")), {})
+            raise StorageError(
+                f"publishing {kind!r} for run {run_state.run_id!r}: "
+                f"{failed.get('ErrorCode', 'failed')}: {failed.get('ErrorMessage', '')}"
+            )
+
+
+# --- inbound --------------------------------------------------------------------------------------
+
+
+def start_run_pattern(source: str = START_RUN_SOURCE) -> dict[str, list[str]]:
+    """The EventBridge event pattern matching "Start Run" events from ``source``."""
+    return {"source": [source], "detail-type": [START_RUN_DETAIL_TYPE]}
+
+
+def run_id_for_event(event: Mapping[str, Any]) -> str:
+    """A run id that is the same every time this event is delivered.
+
+    ``detail.runId`` when it is a valid run id; otherwise a SHA-256 derivation of the event's
+    ``id`` (EventBridge keeps it across redeliveries) in the format of ``ids.new_run_id``.
+    """
+    detail = event.get("detail")
+    if isinstance(detail, Mapping):
+        given = detail.get("runId")
+        if isinstance(given, str) and is_run_id(given):
+            return given
+    event_id = event.get("id")
+    if not isinstance(event_id, str) or not event_id:
+        raise InvalidRequestError("the event has no 'id' to derive a run id from", code="invalid_event")
+    # The first part keeps these ids apart from other derived ones (idempotent chat POSTs).
+    return derived_run_id("eventbridge-start-run", event_id)
+
+
+@dataclass(frozen=True)
+class StartRunRequest:
+    """What a "Start Run" event asks for."""
+
+    run_id: str
+    messages: list[UIMessage]
+    chat_id: str | None = None
+
+
+def parse_start_run_event(event: Mapping[str, Any], *, source: str = START_RUN_SOURCE) -> StartRunRequest:
+    """Validate a "Start Run" event; raises ``InvalidRequestError`` saying what is wrong."""
+    if event.get("source") != source or event.get("detail-type") != START_RUN_DETAIL_TYPE:
+        raise InvalidRequestError(
+            f"expected source {source!r} and detail-type {START_RUN_DETAIL_TYPE!r}", code="invalid_event"
+        )
+    detail = event.get("detail")
+    if not isinstance(detail, Mapping):
+        raise InvalidRequestError("the event's detail must be an object", code="invalid_event")
+    run_id = run_id_for_event(event)
+    chat_id = detail.get("chatId")
+    if chat_id is not None and (not isinstance(chat_id, str) or not 0 < len(chat_id) <= 200):
+        raise InvalidRequestError("detail.chatId must be a string of 1 to 200 characters", code="invalid_event")
+    prompt, raw = detail.get("prompt"), detail.get("messages")
+    if (prompt is None) == (raw is None):
+        raise InvalidRequestError("detail needs exactly one of 'prompt' and 'messages'", code="invalid_event")
+    if prompt is not None:
+        if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > _MAX_PROMPT:
+            raise InvalidRequestError(
+                f"detail.prompt must be a non-empty string of at most {_MAX_PROMPT} characters", code="invalid_event"
+            )
+        messages = [UIMessage(id=f"msg_{run_id[5:]}", role="user", parts=[TextUIPart(text=prompt)])]
+    else:
+        try:
+            messages = parse_ui_messages(raw)
+        except ProtocolError as exc:
+            raise InvalidRequestError(f"detail.messages: {exc}", code="invalid_messages") from exc
+    return StartRunRequest(run_id=run_id, messages=messages, chat_id=chat_id)

@@ -1,0 +1,119 @@
+"""Wiring for Lambda: the AWS adapters built from environment variables, clients made once.
+
+Environment (set by the SAM template):
+
+=====================  ===========================================================
+``RUNS_TABLE``         DynamoDB table of run records and log heads (required)
+``CHUNK_BUCKET``       S3 bucket of chunk-log segments and offloaded states (required)
+``STATE_MACHINE_ARN``  the run state machine (required)
+``EVENT_BUS_NAME``     bus for run lifecycle events (optional: no events without it)
+``RUN_TTL_DAYS``       days a run's records live after their last write (default 30)
+=====================  ===========================================================
+
+boto3 clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so
+they are created once per process and reused across invocations of a warm Lambda.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from ..errors import FatalError
+from .dynamodb import DynamoCheckpointStore
+from .events import EventPublisher
+from .s3log import S3ChunkLog
+from .stepfunctions import StepFunctionsOrchestrator
+
+__all__ = ["CLIENT_CONFIG", "AwsConfigError", "AwsRuntime", "build_runtime", "client_for"]
+
+CLIENT_CONFIG = Config(
+    # Standard mode retries throttling, 5xx and connection errors with capped exponential
+    # backoff and a retry quota. Adaptive mode would add client-side rate limiting that blocks
+    # the calling thread, which a time-sliced Lambda would rather spend on a retry of the slice.
+    # total_max_attempts counts the first attempt too (the dict's max_attempts counts retries).
+    retries={"mode": "standard", "total_max_attempts": 5},
+    connect_timeout=3,
+    # Above DynamoDB's and S3's latency for small items and segments by orders of magnitude, yet
+    # far below a slice's budget: a hung connection is retried instead of eating the slice.
+    read_timeout=10,
+    tcp_keepalive=True,
+    max_pool_connections=32,  # the chunk log reads segments in parallel
+)
+"""The botocore configuration of every client this module creates."""
+
+_DAY = 86400
+_clients: dict[tuple[int, str, str | None], tuple[Any, Any]] = {}
+_clients_lock = threading.Lock()
+
+
+class AwsConfigError(FatalError):
+    """The deployment's environment is missing or has an invalid setting."""
+
+
+@dataclass
+class AwsRuntime:
+    """The ports (and the event publisher) of a deployed harness."""
+
+    store: DynamoCheckpointStore
+    log: S3ChunkLog
+    orchestrator: StepFunctionsOrchestrator
+    events: EventPublisher | None = None
+
+
+def client_for(service: str, *, session: boto3.Session | None = None, region: str | None = None) -> Any:
+    """A boto3 client for ``service`` with :data:`CLIENT_CONFIG`, created once per session and region."""
+    key = (id(session) if session is not None else 0, service, region)
+    with _clients_lock:
+        cached = _clients.get(key)
+        # The session is kept with its client so that its id cannot be reused by another session.
+        if cached is not None and cached[1] is session:
+            return cached[0]
+        maker = session if session is not None else boto3
+        client = maker.client(service, region_name=region, config=CLIENT_CONFIG)
+        _clients[key] = (client, session)
+        return client
+
+
+def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session | None = None) -> AwsRuntime:
+    """The AWS adapters configured from ``env``; raises ``AwsConfigError`` naming a bad variable."""
+    table = _required(env, "RUNS_TABLE", "the DynamoDB table of run records")
+    bucket = _required(env, "CHUNK_BUCKET", "the S3 bucket of chunk logs")
+    state_machine = _required(env, "STATE_MACHINE_ARN", "the ARN of the run state machine")
+    bus = env.get("EVENT_BUS_NAME", "").strip() or None
+    ttl_days = env.get("RUN_TTL_DAYS", "30").strip() or "30"
+    try:
+        ttl_seconds = int(float(ttl_days) * _DAY)
+    except ValueError:
+        raise AwsConfigError(f"RUN_TTL_DAYS must be a number of days, got {ttl_days!r}") from None
+    if ttl_seconds <= 0:
+        raise AwsConfigError(f"RUN_TTL_DAYS must be positive, got {ttl_days!r}")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+
+    def client(service: str) -> Any:
+        return client_for(service, session=session, region=region)
+
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    try:
+        orchestrator = StepFunctionsOrchestrator(state_machine, client=client("stepfunctions"))
+    except ValueError as exc:
+        raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
+    return AwsRuntime(
+        store=DynamoCheckpointStore(table, client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds),
+        log=S3ChunkLog(bucket, s3_client=s3, dynamodb_client=dynamodb, table_name=table, ttl_seconds=ttl_seconds),
+        orchestrator=orchestrator,
+        events=EventPublisher(bus, client=client("events")) if bus else None,
+    )
+
+
+def _required(env: Mapping[str, str], name: str, meaning: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise AwsConfigError(f"environment variable {name} is not set: it must name {meaning}")
+    return value

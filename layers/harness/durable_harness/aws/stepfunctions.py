@@ -1,0 +1,122 @@
+"""The deployed orchestrator: one Step Functions Standard execution drives a run's slices (D6).
+
+Executions are named after the run, so the name is the idempotency key: ``StartExecution`` with
+the same name and input as a running execution returns that execution, and a name that was
+already used (the run is being driven, or was) is ``ExecutionAlreadyExists``, which ``start``
+treats as success. The state machine carries only the run id (and optionally the slice budget),
+never the run's state: that lives in DynamoDB and S3 (D5).
+
+After about a thousand slices an execution continues as new, in an execution named
+``<run_id>-c<n>`` (see :func:`execution_name`), to stay far below the 25,000-event history limit.
+``cancel`` stops whichever generation is running. The caller then finalizes the run
+(``Runner.finalize(run_id, status="cancelled")``), which fences off a slice still in flight and
+writes the closing ``finish`` chunk; stopping the execution only stops further slices.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ._errors import error_code, translate
+
+__all__ = ["StepFunctionsOrchestrator", "execution_name"]
+
+logger = logging.getLogger(__name__)
+
+# Step Functions execution names: 1-80 characters, none of whitespace, brackets, wildcards or
+# "#%\^|~`$&,;:/. (moto accepts anything, AWS does not; CloudWatch logging wants this subset.)
+_NAME = re.compile(r"^[0-9A-Za-z_.-]{1,80}$")
+_MAX_GENERATIONS = 10_000
+
+
+def execution_name(run_id: str, generation: int = 0) -> str:
+    """The execution name of a run's ``generation`` (0: the first; n: the n-th continue-as-new)."""
+    name = run_id if generation == 0 else f"{run_id}-c{generation}"
+    if generation < 0 or not _NAME.match(name):
+        raise ValueError(f"{name!r} cannot name a Step Functions execution")
+    return name
+
+
+class StepFunctionsOrchestrator:
+    """An :class:`~durable_harness.ports.Orchestrator` that starts and stops executions.
+
+    ``state_machine_arn`` is the run state machine; ``client`` a boto3 Step Functions client.
+    ``slice_seconds``, when set, is passed in the execution input for the slice function to use
+    as its time budget (otherwise the function's own default applies).
+    """
+
+    def __init__(self, state_machine_arn: str, *, client: Any, slice_seconds: float | None = None) -> None:
+        """Drive runs with the state machine ``state_machine_arn``."""
+        parts = state_machine_arn.split(":")
+        if len(parts) < 7 or parts[2] != "states" or parts[5] != "stateMachine":
+            raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
+        self._arn = state_machine_arn
+        # arn:partition:states:region:account:stateMachine:name[:version-or-alias]
+        self._execution_base = ":".join([*parts[:5], "execution", parts[6]])
+        self._sfn = client
+        self._slice_seconds = slice_seconds
+
+    @property
+    def state_machine_arn(self) -> str:
+        """The state machine this orchestrator starts."""
+        return self._arn
+
+    def execution_arn(self, run_id: str, generation: int = 0) -> str:
+        """The ARN of a run's execution (derived: no request)."""
+        return f"{self._execution_base}:{execution_name(run_id, generation)}"
+
+    def execution_input(self, run_id: str) -> str:
+        """The execution input for a run: deterministic, so a repeated start is the same request."""
+        payload: dict[str, Any] = {"runId": run_id}
+        if self._slice_seconds is not None:
+            payload["sliceSeconds"] = self._slice_seconds
+        return json.dumps(payload, separators=(",", ":"), sort_keys=True)
+
+    def start(self, run_id: str) -> None:
+        """Start the run's execution; a no-op when the run has (or had) one."""
+        try:
+            self._sfn.start_execution(
+                stateMachineArn=self._arn, name=execution_name(run_id), input=self.execution_input(run_id)
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ExecutionAlreadyExists":
+                raise translate(exc, f"starting run {run_id!r}") from exc
+            # Running with another input, or closed: either way this run was already started,
+            # and starting it twice must not drive it twice.
+            logger.info("run %s: execution already exists; not starting another", run_id)
+        except BotoCoreError as exc:
+            raise translate(exc, f"starting run {run_id!r}") from exc
+
+    def cancel(self, run_id: str) -> None:
+        """Stop every running execution of the run (all continue-as-new generations).
+
+        Generations are looked up by their derived names in order until one does not exist, so
+        this costs one DescribeExecution per generation (normally one) plus the stops.
+        """
+        for generation in range(_MAX_GENERATIONS):
+            arn = self.execution_arn(run_id, generation)
+            try:
+                status = self._sfn.describe_execution(executionArn=arn)["status"]
+            except ClientError as exc:
+                if error_code(exc) == "ExecutionDoesNotExist":
+                    return
+                raise translate(exc, f"cancelling run {run_id!r}") from exc
+            except BotoCoreError as exc:
+                raise translate(exc, f"cancelling run {run_id!r}") from exc
+            if status == "RUNNING":
+                self._stop(run_id, arn)
+
+    def _stop(self, run_id: str, arn: str) -> None:
+        try:
+            self._sfn.stop_execution(executionArn=arn, error="Cancelled", cause="The run was cancelled.")
+        except ClientError as exc:
+            # Stopping an execution that just ended is not a failure: the goal is reached.
+            if error_code(exc) != "ExecutionDoesNotExist":
+                raise translate(exc, f"cancelling run {run_id!r}") from exc
+        except BotoCoreError as exc:
+            raise translate(exc, f"cancelling run {run_id!r}") from exc

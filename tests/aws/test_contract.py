@@ -1,0 +1,51 @@
+"""The shared port contract (tests/storage) run against DynamoCheckpointStore and S3ChunkLog.
+
+The contract's test functions are imported as they are; pytest collects them here, where the
+``store`` and ``log`` fixtures (tests/aws/conftest.py) are the moto-backed AWS adapters.
+"""
+
+from __future__ import annotations
+
+from tests.storage.test_storage_contract import (
+    test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks,
+    test_adapters_satisfy_the_protocols,
+    test_append_and_read_at_any_start,
+    test_append_at_wrong_start_raises_conflict_and_writes_nothing,
+    test_append_is_atomic,
+    test_chunks_round_trip_exactly,
+    test_claim_bumps_epoch_and_version,
+    test_create_starts_at_version_1_epoch_0_and_load_returns_it,
+    test_create_twice_raises_run_exists,
+    test_empty_append_changes_nothing,
+    test_loaded_records_do_not_alias_the_store,
+    test_log_fence,
+    test_negative_read_arguments_are_rejected,
+    test_never_written_log_is_empty,
+    test_open_returns_the_count,
+    test_runs_are_independent,
+    test_save_bumps_version_keeps_epoch_and_replaces_fields,
+    test_save_with_stale_version_raises_fenced_and_writes_nothing,
+    test_unknown_run_raises_not_found,
+)
+
+__all__ = [
+    "test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks",
+    "test_adapters_satisfy_the_protocols",
+    "test_append_and_read_at_any_start",
+    "test_append_at_wrong_start_raises_conflict_and_writes_nothing",
+    "test_append_is_atomic",
+    "test_chunks_round_trip_exactly",
+    "test_claim_bumps_epoch_and_version",
+    "test_create_starts_at_version_1_epoch_0_and_load_returns_it",
+    "test_create_twice_raises_run_exists",
+    "test_empty_append_changes_nothing",
+    "test_loaded_records_do_not_alias_the_store",
+    "test_log_fence",
+    "test_negative_read_arguments_are_rejected",
+    "test_never_written_log_is_empty",
+    "test_open_returns_the_count",
+    "test_runs_are_independent",
+    "test_save_bumps_version_keeps_epoch_and_replaces_fields",
+    "test_save_with_stale_version_raises_fenced_and_writes_nothing",
+    "test_unknown_run_raises_not_found",
+]

@@ -1,0 +1,127 @@
+"""EventPublisher (verified through a rule that targets an SQS queue in moto) and inbound events."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+from durable_harness.aws import EventPublisher, parse_start_run_event, run_id_for_event, start_run_pattern
+from durable_harness.aws.events import START_RUN_DETAIL_TYPE, START_RUN_SOURCE, kind_for_status
+from durable_harness.errors import InvalidRequestError, StorageError
+from durable_harness.ids import is_run_id, new_run_id
+from durable_harness.runner.state import FinalResult, RunState
+
+from tests.aws.conftest import REGION
+
+BUS = "harness-bus"
+
+
+@pytest.fixture
+def events(aws: None) -> Any:
+    client = boto3.client("events", region_name=REGION)
+    client.create_event_bus(Name=BUS)
+    return client
+
+
+@pytest.fixture
+def queue(events: Any) -> str:
+    """A queue receiving every event from source durable-harness on the bus."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    url: str = sqs.create_queue(QueueName="lifecycle")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name="lifecycle", EventBusName=BUS, EventPattern=json.dumps({"source": ["durable-harness"]}))
+    events.put_targets(Rule="lifecycle", EventBusName=BUS, Targets=[{"Id": "queue", "Arn": arn}])
+    return url
+
+
+def received(url: str) -> list[dict[str, Any]]:
+    sqs = boto3.client("sqs", region_name=REGION)
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(m["Body"]) for m in messages]
+
+
+def finished_state() -> RunState:
+    return RunState(
+        run_id="wrun_0123456789abcdefghjkmnpqrs",
+        session_id="s",
+        chat_id="chat-1",
+        origin="event",
+        status="finished",
+        message_id="msg_1",
+        input_messages=[],
+        final_result=FinalResult(finish_reason="stop", output="the secret answer"),
+    )
+
+
+def test_lifecycle_events_carry_ids_and_outcome_but_no_content(events: Any, queue: str) -> None:
+    state = finished_state()
+    EventPublisher(BUS, client=events).publish(state, "Run Finished")
+    [event] = received(queue)
+    assert event["source"] == "durable-harness" and event["detail-type"] == "Run Finished"
+    assert event["detail"] == {
+        "runId": state.run_id,
+        "chatId": "chat-1",
+        "status": "finished",
+        "origin": "event",
+        "finishReason": "stop",
+        "error": None,
+    }
+    assert "secret" not in json.dumps(event)
+
+
+def test_failed_runs_report_a_bounded_error(events: Any, queue: str) -> None:
+    state = finished_state().model_copy(update={"status": "failed", "final_result": None, "error": "x" * 5000})
+    EventPublisher(BUS, client=events).publish(state, kind_for_status("failed") or "")
+    [event] = received(queue)
+    assert event["detail-type"] == "Run Failed" and len(event["detail"]["error"]) == 1000
+
+
+def test_rejected_entries_raise_storage_error(events: Any) -> None:
+    # PutEvents answers 200 with FailedEntryCount when it rejects an entry (here: no Source).
+    with pytest.raises(StorageError, match="InvalidArgument"):
+        EventPublisher(BUS, client=events, source="").publish(finished_state(), "Run Finished")
+
+
+def test_unknown_kinds_are_refused(events: Any) -> None:
+    with pytest.raises(ValueError):
+        EventPublisher(BUS, client=events).publish(finished_state(), "Run Exploded")
+    assert kind_for_status("ready_for_next_step") is None
+    assert kind_for_status("awaiting_tool_approval") == "Run Awaiting Approval"
+
+
+def start_event(event_id: str = "6a7e8feb-b491-4cf7-a9f1-bf3703467718", **detail: Any) -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": event_id,
+        "source": START_RUN_SOURCE,
+        "detail-type": START_RUN_DETAIL_TYPE,
+        "detail": detail or {"prompt": "Summarize today's tickets"},
+    }
+
+
+def test_run_ids_for_events_are_deterministic_and_valid() -> None:
+    first, again = run_id_for_event(start_event()), run_id_for_event(start_event())
+    assert first == again and is_run_id(first)
+    assert run_id_for_event(start_event("another-id")) != first
+    given = new_run_id()
+    assert run_id_for_event(start_event(runId=given, prompt="hi")) == given
+    assert run_id_for_event(start_event(runId="not-a-run-id", prompt="hi")) == first  # ignored
+    with pytest.raises(InvalidRequestError):
+        run_id_for_event({"detail": {}})
+
+
+def test_start_run_events_are_parsed_and_validated() -> None:
+    request = parse_start_run_event(start_event(prompt="Hello there", chatId="ops"))
+    assert (request.run_id, request.chat_id) == (run_id_for_event(start_event()), "ops")
+    [message] = request.messages
+    assert message.role == "user" and message.parts[0].text == "Hello there"  # type: ignore[union-attr]
+    ui = [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "from messages"}]}]
+    assert parse_start_run_event(start_event(messages=ui)).messages[0].id == "m1"
+    for bad in ({"prompt": ""}, {"prompt": "a", "messages": ui}, {"messages": [{"role": "user"}]}, {"chatId": 5}):
+        with pytest.raises(InvalidRequestError):
+            parse_start_run_event(start_event(**bad))
+    with pytest.raises(InvalidRequestError):
+        parse_start_run_event({**start_event(), "source": "someone.else"})
+    assert start_run_pattern() == {"source": [START_RUN_SOURCE], "detail-type": [START_RUN_DETAIL_TYPE]}

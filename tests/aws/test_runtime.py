@@ -1,0 +1,69 @@
+"""build_runtime: adapters from environment variables, clients made once, clear config errors."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import boto3
+import pytest
+from durable_harness.aws import AwsConfigError, AwsRuntime, build_runtime
+from durable_harness.aws.runtime import client_for
+from durable_harness.errors import StorageError
+from durable_harness.ports import CheckpointStore, ChunkLog, Orchestrator
+
+from tests.aws.conftest import BUCKET, REGION, TABLE, Fault
+
+ARN = f"arn:aws:states:{REGION}:123456789012:stateMachine:runs"
+DAY = 86400
+ENV = {"RUNS_TABLE": TABLE, "CHUNK_BUCKET": BUCKET, "STATE_MACHINE_ARN": ARN, "AWS_REGION": REGION}
+
+
+def test_the_runtime_has_working_adapters(ddb: Any, s3: Any) -> None:
+    runtime = build_runtime({**ENV, "EVENT_BUS_NAME": "bus", "RUN_TTL_DAYS": "7"}, session=boto3.Session())
+    assert isinstance(runtime, AwsRuntime)
+    assert isinstance(runtime.store, CheckpointStore)
+    assert isinstance(runtime.log, ChunkLog)
+    assert isinstance(runtime.orchestrator, Orchestrator)
+    assert runtime.events is not None and runtime.events.event_bus_name == "bus"
+    assert runtime.orchestrator.state_machine_arn == ARN
+    runtime.log.append("r1", 0, ["a"], 0)
+    assert runtime.log.read("r1", 0) == ["a"]
+    head = ddb.get_item(TableName=TABLE, Key={"pk": {"S": "r1"}, "sk": {"S": "log"}})["Item"]
+    assert 6.9 * DAY < int(head["expires_at"]["N"]) - time.time() <= 7 * DAY
+
+
+def test_clients_are_made_once_with_standard_retries_and_timeouts(ddb: Any, s3: Any) -> None:
+    session = boto3.Session()
+    client = client_for("dynamodb", session=session, region=REGION)
+    assert client_for("dynamodb", session=session, region=REGION) is client
+    assert client_for("dynamodb", region=REGION) is client_for("dynamodb", region=REGION)  # default session
+    assert client.meta.config.retries == {"mode": "standard", "total_max_attempts": 5}
+    assert (client.meta.config.connect_timeout, client.meta.config.read_timeout) == (3, 10)
+
+    # Two runtimes built in one process use that very client: a fault on it reaches both stores,
+    # and every failing call is tried five times before the store gives up.
+    first, second = build_runtime(ENV, session=session), build_runtime(ENV, session=session)
+    fault = Fault.dynamodb(client, "GetItem", "InternalServerError", 500)
+    for runtime in (first, second):
+        with pytest.raises(StorageError):
+            runtime.store.load("r1")
+    assert fault.attempts == 10
+    assert first.events is None
+
+
+@pytest.mark.parametrize("missing", ["RUNS_TABLE", "CHUNK_BUCKET", "STATE_MACHINE_ARN"])
+def test_a_missing_variable_is_named(missing: str) -> None:
+    env = {k: v for k, v in ENV.items() if k != missing}
+    with pytest.raises(AwsConfigError, match=missing):
+        build_runtime(env, session=boto3.Session(region_name=REGION))
+    with pytest.raises(AwsConfigError, match=missing):
+        build_runtime({**env, missing: "  "}, session=boto3.Session(region_name=REGION))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("RUN_TTL_DAYS", "soon"), ("RUN_TTL_DAYS", "0"), ("STATE_MACHINE_ARN", "x")]
+)
+def test_an_invalid_variable_is_named(name: str, value: str) -> None:
+    with pytest.raises(AwsConfigError, match=name):
+        build_runtime({**ENV, name: value}, session=boto3.Session(region_name=REGION))

@@ -1,0 +1,124 @@
+"""Agents for the deploy tests, loaded by the real handlers through ``AGENT=tests.deploy.agents:<name>``.
+
+The script is the same for all of them: a step that calls a tool, a second step that calls it
+again, and a text answer, so a run takes four slices with ``SliceSeconds=0`` (one step each, plus
+the slice that ends the turn). :data:`CONTROL` injects trouble into the second step:
+
+* ``retryable_crashes``: the model streams part of the step, then raises a ``StorageError``
+  (a :class:`~durable_harness.errors.RetryableError`) that many times;
+* ``fatal``: the model raises an unexpected exception whose message holds a "secret" that must
+  never reach the client;
+* ``gate``: the step waits until the test opens the gate (to cancel a run mid-slice).
+
+The handlers run in this process (on moto's Step Functions worker threads), so this module's
+state is shared with the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from durable_harness import Agent, tool
+from durable_harness.errors import StorageError
+from durable_harness.models.base import ModelRequest, ModelStreamPart
+from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
+from pydantic import BaseModel
+
+SECRET = "hunter2-database-password"
+ANSWER = "Alpha and beta are both in stock."
+
+
+@dataclass
+class Control:
+    """What the next runs should go through (reset by the ``stack`` fixture)."""
+
+    retryable_crashes: int = 0
+    fatal: bool = False
+    gate: threading.Event | None = None
+    entered_gate: threading.Event = field(default_factory=threading.Event)
+    executions: Counter[str] = field(default_factory=Counter)
+    model_calls: Counter[int] = field(default_factory=Counter)
+
+
+CONTROL = Control()
+
+
+def reset() -> None:
+    """Back to a run without trouble."""
+    global CONTROL
+    CONTROL = Control()
+
+
+class Item(BaseModel):
+    """Input of the ``lookup`` tool."""
+
+    name: str
+
+
+@tool
+def lookup(input: Item) -> dict[str, str]:
+    """Look an item up."""
+    CONTROL.executions[input.name] += 1
+    return {"item": input.name, "status": "in stock"}
+
+
+async def _second_step() -> AsyncIterator[ModelStreamPart]:
+    parts = tool_calls_step(("c2", "lookup", {"name": "beta"}), text="Now beta.")
+    if CONTROL.gate is not None:
+        CONTROL.entered_gate.set()
+        deadline = time.monotonic() + 20
+        while not CONTROL.gate.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    if CONTROL.fatal:
+        raise RuntimeError(f"cannot reach the database with password {SECRET}")
+    if CONTROL.retryable_crashes > 0:
+        CONTROL.retryable_crashes -= 1
+        for part in parts[:3]:  # some of the step reaches the log before the crash
+            yield part
+        await asyncio.sleep(0.3)  # past the group-commit interval: those chunks are committed
+        raise StorageError("simulated throttling while streaming")
+    for part in parts:
+        yield part
+
+
+def _script(request: ModelRequest, index: int) -> AsyncIterator[ModelStreamPart]:
+    CONTROL.model_calls[index] += 1
+
+    async def play() -> AsyncIterator[ModelStreamPart]:
+        if index == 0:
+            for part in tool_calls_step(("c1", "lookup", {"name": "alpha"}), text="Let me look."):
+                yield part
+        elif index == 1:
+            async for part in _second_step():
+                yield part
+        else:
+            for part in text_step(ANSWER):
+                yield part
+
+    return play()
+
+
+@tool(needs_approval=True)
+def remove(input: Item) -> dict[str, str]:
+    """Remove an item (the user must approve every call)."""
+    CONTROL.executions[f"remove:{input.name}"] += 1
+    return {"removed": input.name}
+
+
+def _approval_script(request: ModelRequest, index: int) -> list[ModelStreamPart]:
+    return tool_calls_step(("c9", "remove", {"name": "gamma"}), text="Removing gamma needs your approval.")
+
+
+def build_approval_agent() -> Agent:
+    """An agent whose first step asks to run a tool that needs approval."""
+    return Agent(model=FunctionModel(_approval_script, model_id="deploy-test"), tools=[remove])
+
+
+def build_agent() -> Agent:
+    """The scripted agent of the deploy tests."""
+    return Agent(model=FunctionModel(_script, model_id="deploy-test"), instructions="Be brief.", tools=[lookup])

@@ -1,0 +1,54 @@
+"""Helpers of the deploy tests: start runs as the chat function does, read what they left behind."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from durable_harness.aws.runtime import AwsRuntime, build_runtime
+from durable_harness.messages import TextPart, UserMessage
+from durable_harness.runner.runner import Runner
+from durable_harness.runner.state import RunState
+
+from . import agents
+from .stack import MotoStack
+
+
+def runtime_of(stack: MotoStack, logical_id: str = "ChatFunction") -> AwsRuntime:
+    """The AWS runtime a function builds from its environment."""
+    with stack.function_env(logical_id):
+        return build_runtime()
+
+
+def start_run(stack: MotoStack, text: str = "Check alpha and beta.") -> str:
+    """Create a run and start its execution, as the chat function does for a POST; its id."""
+    runtime = runtime_of(stack)
+    runner = Runner(agents.build_agent(), runtime.store, runtime.log)
+    run_id = runner.create_run([UserMessage(content=[TextPart(text=text)])]).run_id
+    runtime.orchestrator.start(run_id)
+    return run_id
+
+
+def log_of(stack: MotoStack, run_id: str) -> list[dict[str, Any]]:
+    """Every chunk of the run's log in S3, parsed."""
+    return [json.loads(chunk) for chunk in runtime_of(stack).log.read(run_id, 0)]
+
+
+def state_of(stack: MotoStack, run_id: str) -> RunState:
+    """The run's checkpoint in DynamoDB."""
+    return RunState.model_validate_json(runtime_of(stack).store.load(run_id).state)
+
+
+def types(chunks: list[dict[str, Any]]) -> list[str]:
+    """The chunk types, in order."""
+    return [c["type"] for c in chunks]
+
+
+def wait_until(condition: Any, timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll ``condition()`` until it is true."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)

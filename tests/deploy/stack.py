@@ -1,0 +1,560 @@
+"""The SAM template "deployed" into moto, with the real handlers invoked in-process (aws-notes 9).
+
+:class:`MotoStack` creates what ``template.yaml`` declares, through the AWS APIs, inside one
+``mock_aws`` with moto's Step Functions interpreter switched on:
+
+* the runs table and the chunk bucket with the template's properties;
+* one Lambda function per ``AWS::Serverless::Function`` (names ``<stack>-<LogicalId>-<suffix>``
+  like CloudFormation's), with its environment resolved from ``Globals`` and its own variables;
+* the state machine from the real ``statemachine/run.asl.json`` with its
+  ``DefinitionSubstitutions`` resolved (moto applies none);
+* the trigger's EventBridge rule with the template's pattern.
+
+``LambdaFunction.invoke`` (where every moto path that runs a function ends) is patched to call
+the function's real handler (``CodeUri`` + ``Handler``) in this process, with the function's
+environment and a fake context whose remaining time follows its ``Timeout``.
+
+Every AWS call a handler (or the state machine) makes is recorded with who made it, so that
+:meth:`MotoStack.check_iam` can hold it against the IAM policies the template gives that function.
+
+moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in the report):
+
+* the ``states:startExecution`` task integration passes the ASL's parameter names
+  (``StateMachineArn``, ``Name``, ``Input``) to boto3 unchanged; moto's base
+  ``_normalise_parameters`` is a no-op (LocalStack's converts them), so the call fails with
+  ``KeyError: 'StateMachineArn'``. :func:`repair_sfn_start_execution` lower-cases them.
+* no Lambda execution without Docker: the in-process invoke patch above.
+* EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
+  ``send_to_targets``) and ``TestEventPattern`` is not implemented: tests match the sample event
+  against the rule with moto's own ``EventPattern`` and invoke the trigger as EventBridge would.
+* a bucket policy denying ``aws:SecureTransport: false`` denies every request in moto (its
+  requests count as insecure), so the chunk bucket's TLS-only policy is checked statically instead.
+* the Function URL, the schedule and the layer are not created (no moto support needed for
+  the tests: the chat app is driven through a Function URL event, see ``chat.py``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import fnmatch
+import importlib.util
+import json
+import os
+import re
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+import boto3
+import botocore.client
+from moto import mock_aws
+from moto.awslambda.models import LambdaFunction
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_sfn
+
+from .cfn import NO_VALUE, ROOT, Resolver, function_properties, load_template
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+STACK_NAME = "dh-test"
+ASL_PATH = ROOT / "statemachine" / "run.asl.json"
+
+ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("deploy_test_actor", default=None)
+"""Who is making AWS calls in this context: a function's logical id, "harness" (the test), or None
+(a thread of moto's interpreter, i.e. the state machine, or a worker pool of a handler)."""
+
+_invoke_lock = threading.RLock()
+
+
+@dataclass
+class FakeLambdaContext:
+    """The parts of the Lambda context object that the handlers and Powertools use."""
+
+    function_name: str
+    invoked_function_arn: str
+    timeout_s: float
+    memory_limit_in_mb: int = 512
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = "/aws/lambda/test"
+    log_stream_name: str = "test"
+    _start: float = field(default_factory=time.monotonic)
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before the function's timeout."""
+        return max(0, int((self.timeout_s - (time.monotonic() - self._start)) * 1000))
+
+
+@dataclass
+class DeployedFunction:
+    """One ``AWS::Serverless::Function`` as created in moto."""
+
+    logical_id: str
+    name: str
+    arn: str
+    env: dict[str, str]
+    timeout: int
+    memory: int
+    code_dir: Path
+    handler: str
+    policies: list[dict[str, Any]]
+    module: ModuleType | None = None
+
+    def load_handler(self) -> Callable[[dict[str, Any], Any], Any]:
+        """The real handler (``<CodeUri>/<module>.py``, attribute ``<function>``), loaded once per stack."""
+        module_name, _, attribute = self.handler.rpartition(".")
+        if self.module is None:
+            path = self.code_dir / f"{module_name}.py"
+            spec = importlib.util.spec_from_file_location(f"deployfn_{self.logical_id}_{uuid.uuid4().hex}", path)
+            assert spec is not None and spec.loader is not None
+            self.module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(self.module)
+        handler: Callable[[dict[str, Any], Any], Any] = getattr(self.module, attribute)
+        return handler
+
+
+@dataclass
+class Invocation:
+    """One in-process invocation of a handler and how it ended."""
+
+    logical_id: str
+    event: dict[str, Any]
+    result: Any = None
+    error: str | None = None
+    done: bool = False
+
+
+@dataclass
+class Call:
+    """One AWS request: who, which IAM action(s), on which resource ARN(s)."""
+
+    actor: str | None
+    actions: list[str]
+    resources: list[str]
+
+
+def repair_sfn_start_execution() -> Any:
+    """Patch moto's ``states:startExecution`` integration to pass boto3's parameter names."""
+    original = state_task_service_sfn.StateTaskServiceSfn._normalise_parameters
+
+    def normalise(
+        self: Any, parameters: dict[str, Any], boto_service_name: Any = None, service_action_name: Any = None
+    ):
+        original(self, parameters, boto_service_name, service_action_name)
+        for key in list(parameters):
+            parameters[key[0].lower() + key[1:]] = parameters.pop(key)
+
+    return mock.patch.object(state_task_service_sfn.StateTaskServiceSfn, "_normalise_parameters", normalise)
+
+
+class MotoStack:
+    """The template's resources in moto, and the means to drive and inspect them."""
+
+    def __init__(
+        self,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        secrets: Mapping[str, tuple[str, str]] | None = None,
+        stack_name: str = STACK_NAME,
+    ) -> None:
+        """``secrets`` maps a parameter to ``(name, value)``: a secret created before the stack,
+        whose ARN becomes the parameter's value."""
+        self.template = load_template()
+        self.secrets = dict(secrets or {})
+        self.stack_name = stack_name
+        self.resolver = Resolver(self.template, overrides, region=REGION, account=ACCOUNT, stack_name=stack_name)
+        self.functions: dict[str, DeployedFunction] = {}
+        self.by_name: dict[str, DeployedFunction] = {}
+        self.calls: list[Call] = []
+        self.invocations: list[Invocation] = []
+        self.state_machine_arn = ""
+        self.rule_pattern: dict[str, Any] = {}
+        self._suffix = uuid.uuid4().hex[:12].upper()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    @contextmanager
+    def deployed(self) -> Iterator[MotoStack]:
+        """Mock AWS, create the stack, patch Lambda invocation; stop every execution on exit."""
+        with (
+            mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
+            mock.patch.object(LambdaFunction, "invoke", lambda fn, *args: self._invoke_in_process(fn, *args)),
+            mock.patch.object(botocore.client.BaseClient, "_make_api_call", self._recording_api_call()),
+            repair_sfn_start_execution(),
+        ):
+            token = ACTOR.set("harness")
+            try:
+                for parameter, (name, value) in self.secrets.items():
+                    created = self.client("secretsmanager").create_secret(Name=name, SecretString=value)
+                    self.resolver.parameters[parameter] = created["ARN"]
+                self._create()
+                yield self
+            finally:
+                self._stop_executions()
+                ACTOR.reset(token)
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for the test's own calls."""
+        return boto3.client(service, region_name=REGION)
+
+    # --- creating the resources ------------------------------------------------------------------
+
+    def _physical(self, logical_id: str) -> str:
+        return f"{self.stack_name}-{logical_id}-{self._suffix}"
+
+    def _create(self) -> None:
+        resources = self.template["Resources"]
+        r = self.resolver
+        iam = self.client("iam")
+        self.role_arn = iam.create_role(RoleName=f"{self.stack_name}-role", AssumeRolePolicyDocument="{}")["Role"][
+            "Arn"
+        ]
+
+        if r.condition(resources["ApprovalSecret"]["Condition"]):
+            # GenerateSecretString, as CloudFormation would do it.
+            secret = self.client("secretsmanager").create_secret(
+                Name=self._physical("ApprovalSecret"), SecretString=uuid.uuid4().hex + uuid.uuid4().hex
+            )
+            r.physical["ApprovalSecret"] = secret["ARN"]
+
+        table = r.resolve(resources["RunsTable"]["Properties"])
+        table_name = self._physical("RunsTable")
+        ddb = self.client("dynamodb")
+        ddb.create_table(
+            TableName=table_name,
+            BillingMode=table["BillingMode"],
+            AttributeDefinitions=table["AttributeDefinitions"],
+            KeySchema=table["KeySchema"],
+            SSESpecification={"Enabled": table["SSESpecification"]["SSEEnabled"]},
+        )
+        ddb.update_time_to_live(TableName=table_name, TimeToLiveSpecification=table["TimeToLiveSpecification"])
+        ddb.update_continuous_backups(
+            TableName=table_name, PointInTimeRecoverySpecification=table["PointInTimeRecoverySpecification"]
+        )
+        r.physical["RunsTable"] = table_name
+        r.attributes[("RunsTable", "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table_name}"
+
+        bucket = r.resolve(resources["ChunkBucket"]["Properties"])
+        bucket_name = self._physical("ChunkBucket").lower()
+        s3 = self.client("s3")
+        s3.create_bucket(Bucket=bucket_name)
+        s3.put_public_access_block(
+            Bucket=bucket_name, PublicAccessBlockConfiguration=bucket["PublicAccessBlockConfiguration"]
+        )
+        s3.put_bucket_encryption(
+            Bucket=bucket_name,
+            ServerSideEncryptionConfiguration={
+                "Rules": [
+                    {
+                        "ApplyServerSideEncryptionByDefault": rule["ServerSideEncryptionByDefault"],
+                        "BucketKeyEnabled": rule["BucketKeyEnabled"],
+                    }
+                    for rule in bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+                ]
+            },
+        )
+        s3.put_bucket_ownership_controls(Bucket=bucket_name, OwnershipControls=bucket["OwnershipControls"])
+        rules = [
+            {
+                "ID": rule["Id"],
+                "Status": rule["Status"],
+                "Filter": {"Prefix": ""},
+                "Expiration": {"Days": int(rule["ExpirationInDays"])},
+                "AbortIncompleteMultipartUpload": rule["AbortIncompleteMultipartUpload"],
+            }
+            for rule in bucket["LifecycleConfiguration"]["Rules"]
+        ]
+        s3.put_bucket_lifecycle_configuration(Bucket=bucket_name, LifecycleConfiguration={"Rules": rules})
+        r.physical["ChunkBucket"] = bucket_name
+        r.attributes[("ChunkBucket", "Arn")] = f"arn:aws:s3:::{bucket_name}"
+        # ChunkBucketPolicy (TLS only) is not applied: moto treats its in-process requests as
+        # insecure transport, so the deny would refuse every request. test_template checks it.
+
+        r.physical["HarnessLayer"] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:{self.stack_name}-harness:1"
+        r.physical["RunDataPolicy"] = f"arn:aws:iam::{ACCOUNT}:policy/{self._physical('RunDataPolicy')}"
+        for logical_id in ("ChatLogGroup", "SliceLogGroup", "FinalizerLogGroup", "TriggerLogGroup"):
+            r.physical[logical_id] = r.resolve(resources[logical_id]["Properties"]["LogGroupName"])
+
+        lam = self.client("lambda")
+        serverless = [k for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"]
+        for logical_id in serverless:  # names and ARNs first: environments may refer to them
+            name = self._physical(logical_id)
+            r.physical[logical_id] = name
+            r.attributes[(logical_id, "Arn")] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+        for logical_id in serverless:
+            props = r.resolve(function_properties(self.template, logical_id))
+            fn = DeployedFunction(
+                logical_id=logical_id,
+                name=r.physical[logical_id],
+                arn=r.attributes[(logical_id, "Arn")],
+                env={k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()},
+                timeout=int(props["Timeout"]),
+                memory=int(props["MemorySize"]),
+                code_dir=ROOT / props["CodeUri"],
+                handler=props["Handler"],
+                policies=props.get("Policies", []),
+            )
+            lam.create_function(
+                FunctionName=fn.name,
+                Runtime=props["Runtime"],
+                Role=self.role_arn,
+                Handler=fn.handler,
+                Code={"ZipFile": b"replaced by the in-process invoke patch"},
+                Timeout=fn.timeout,
+                MemorySize=fn.memory,
+                Environment={"Variables": fn.env},
+            )
+            self.functions[logical_id] = fn
+            self.by_name[fn.name] = fn
+
+        sm = resources["RunStateMachine"]["Properties"]
+        substitutions = {k: str(v) for k, v in r.resolve(sm["DefinitionSubstitutions"]).items()}
+        definition = re.sub(r"\$\{(\w+)\}", lambda m: substitutions[m.group(1)], ASL_PATH.read_text())
+        self.state_machine_name = r.resolve(sm["Name"])
+        self.state_machine_policies = r.resolve(sm["Policies"])
+        self.state_machine_arn = self.client("stepfunctions").create_state_machine(
+            name=self.state_machine_name, definition=definition, roleArn=self.role_arn, type=sm["Type"]
+        )["stateMachineArn"]
+        r.physical["RunStateMachine"] = self.state_machine_arn
+
+        event = resources["TriggerFunction"]["Properties"]["Events"]["StartRun"]["Properties"]
+        self.rule_pattern = r.resolve(event["Pattern"])
+        events = self.client("events")
+        rule_name = self._physical("TriggerFunctionStartRun")
+        events.put_rule(
+            Name=rule_name, EventBusName=r.resolve(event["EventBusName"]), EventPattern=json.dumps(self.rule_pattern)
+        )
+        events.put_targets(
+            Rule=rule_name,
+            EventBusName=r.resolve(event["EventBusName"]),
+            Targets=[{"Id": "TriggerFunction", "Arn": self.functions["TriggerFunction"].arn}],
+        )
+
+    # --- invoking the real handlers --------------------------------------------------------------
+
+    def _invoke_in_process(
+        self, fn_model: LambdaFunction, body: Any, request_headers: Any, response_headers: Any
+    ) -> bytes:
+        fn = self.by_name[fn_model.function_name]
+        event = json.loads(body) if body else {}
+        context = FakeLambdaContext(
+            function_name=fn.name, invoked_function_arn=fn.arn, timeout_s=fn.timeout, memory_limit_in_mb=fn.memory
+        )
+        with _invoke_lock, mock.patch.dict(os.environ, fn.env):
+            token = ACTOR.set(fn.logical_id)
+            invocation = Invocation(fn.logical_id, event)
+            self.invocations.append(invocation)
+            try:
+                invocation.result = fn.load_handler()(event, context)
+                return json.dumps(invocation.result).encode()
+            except Exception as exc:  # the managed runtime's error envelope
+                invocation.error = type(exc).__name__
+                response_headers["x-amz-function-error"] = "Unhandled"
+                envelope = {
+                    "errorType": type(exc).__name__,
+                    "errorMessage": str(exc),
+                    "stackTrace": traceback.format_tb(exc.__traceback__),
+                }
+                return json.dumps(envelope).encode()
+            finally:
+                invocation.done = True
+                ACTOR.reset(token)
+
+    def calls_of(self, logical_id: str, run_id: str | None = None) -> list[Invocation]:
+        """The invocations of a function (for one run)."""
+        return [
+            i
+            for i in self.invocations
+            if i.logical_id == logical_id and (run_id is None or i.event.get("runId") == run_id)
+        ]
+
+    def invoke(self, logical_id: str, event: Mapping[str, Any], *, asynchronous: bool = False) -> Any:
+        """Invoke a function through the Lambda API (as EventBridge or a test would); its payload."""
+        response = self.client("lambda").invoke(
+            FunctionName=self.functions[logical_id].name,
+            InvocationType="Event" if asynchronous else "RequestResponse",
+            Payload=json.dumps(event).encode(),
+        )
+        payload = response["Payload"].read()
+        return json.loads(payload) if payload else None
+
+    @contextmanager
+    def function_env(self, logical_id: str) -> Iterator[dict[str, str]]:
+        """The process environment of a function (to build its app or runtime in the test)."""
+        fn = self.functions[logical_id]
+        with _invoke_lock, mock.patch.dict(os.environ, fn.env):
+            yield fn.env
+
+    def functions_by_name_arn(self, name: str) -> str:
+        """The ARN of a function given its name."""
+        return self.by_name[name].arn if name in self.by_name else f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+
+    # --- executions ------------------------------------------------------------------------------
+
+    def executions(self) -> list[dict[str, Any]]:
+        """Every execution of the state machine, oldest first, described."""
+        sfn = self.client("stepfunctions")
+        listed = sfn.list_executions(stateMachineArn=self.state_machine_arn)["executions"]
+        described = [sfn.describe_execution(executionArn=e["executionArn"]) for e in listed]
+        return sorted(described, key=lambda d: d["startDate"])
+
+    def wait_for_executions(self, run_id: str, *, count: int = 1, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """Wait until ``count`` executions of the run exist and none is running; they, in order."""
+        deadline = time.monotonic() + timeout
+        while True:
+            mine = [e for e in self.executions() if e["name"] == run_id or e["name"].startswith(f"{run_id}-c")]
+            if len(mine) >= count and all(e["status"] != "RUNNING" for e in mine):
+                return mine
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"executions of {run_id} still running: {[(e['name'], e['status']) for e in mine]}"
+                )
+            time.sleep(0.05)
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        """The execution's history events."""
+        events: list[dict[str, Any]] = self.client("stepfunctions").get_execution_history(
+            executionArn=execution_arn, maxResults=1000
+        )["events"]
+        return events
+
+    def _stop_executions(self) -> None:
+        """Executions run on daemon threads: stop any still running before the mock goes away."""
+        if not self.state_machine_arn:
+            return
+        sfn = self.client("stepfunctions")
+        for execution in sfn.list_executions(stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")[
+            "executions"
+        ]:
+            sfn.stop_execution(executionArn=execution["executionArn"])
+
+    # --- IAM: every call made must be allowed by the template -----------------------------------
+
+    def _recording_api_call(self) -> Callable[..., Any]:
+        original = botocore.client.BaseClient._make_api_call
+        stack = self
+
+        def recording(client: Any, operation_name: str, api_params: dict[str, Any]) -> Any:
+            actor = ACTOR.get()
+            if actor != "harness":
+                prefix = client.meta.service_model.signing_name
+                stack.calls.append(Call(actor, *iam_request(prefix, operation_name, api_params, stack)))
+            return original(client, operation_name, api_params)
+
+        return recording
+
+    def policy_statements(self, logical_id: str) -> list[dict[str, Any]]:
+        """The Allow statements of a function's (or the state machine's) policies, resolved."""
+        policies = (
+            self.state_machine_policies if logical_id == "RunStateMachine" else self.functions[logical_id].policies
+        )
+        statements: list[dict[str, Any]] = []
+        data_policy = self.resolver.resolve(self.template["Resources"]["RunDataPolicy"]["Properties"])
+        for policy in policies:
+            if policy is NO_VALUE:
+                continue
+            if isinstance(policy, str):  # a managed policy: only our own is known
+                assert policy == self.resolver.physical["RunDataPolicy"], policy
+                statements += data_policy["PolicyDocument"]["Statement"]
+            elif "Statement" in policy:
+                statements += policy["Statement"]
+            else:
+                ((name, args),) = policy.items()
+                statements.append(policy_template_statement(name, args))
+        return statements
+
+    def check_iam(self) -> None:
+        """Assert that every recorded call is allowed to whoever made it."""
+        data_only = self.policy_statements("SliceFunction")  # includes the shared RunDataPolicy
+        denied = []
+        for call in self.calls:
+            if call.actor is None:
+                # moto's interpreter threads (the state machine) or a handler's worker pool
+                # (the chunk log reads segments on threads that do not carry the context).
+                statements = (
+                    self.policy_statements("RunStateMachine")
+                    if any(a.split(":")[0] in ("lambda", "states") for a in call.actions)
+                    else [s for s in data_only if any(a.startswith(("s3:", "dynamodb:")) for a in _list(s["Action"]))]
+                )
+            else:
+                statements = self.policy_statements(call.actor)
+            for action in call.actions:
+                for resource in call.resources:
+                    if not allowed(statements, action, resource):
+                        denied.append((call.actor, action, resource))
+        assert not denied, f"calls the template's IAM policies do not allow: {sorted(set(denied))}"
+
+
+def _list(value: Any) -> list[str]:
+    return value if isinstance(value, list) else [value]
+
+
+def allowed(statements: list[dict[str, Any]], action: str, resource: str) -> bool:
+    """True when an Allow statement matches the action and the resource (IAM wildcards)."""
+    for statement in statements:
+        if statement.get("Effect", "Allow") != "Allow":
+            continue
+        if not any(fnmatch.fnmatchcase(action, pattern) for pattern in _list(statement["Action"])):
+            continue
+        if any(fnmatch.fnmatchcase(resource, pattern) for pattern in _list(statement["Resource"])):
+            return True
+    return False
+
+
+def policy_template_statement(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The statement a SAM policy template expands to (the templates the template uses)."""
+    arn = f"arn:aws:{{}}:{REGION}:{ACCOUNT}:"
+    if name == "StepFunctionsExecutionPolicy":
+        return {
+            "Action": "states:StartExecution",
+            "Resource": arn.format("states") + f"stateMachine:{args['StateMachineName']}",
+        }
+    if name == "EventBridgePutEventsPolicy":
+        return {"Action": "events:PutEvents", "Resource": arn.format("events") + f"event-bus/{args['EventBusName']}"}
+    if name == "LambdaInvokePolicy":
+        return {
+            "Action": "lambda:InvokeFunction",
+            "Resource": arn.format("lambda") + f"function:{args['FunctionName']}*",
+        }
+    if name == "AWSSecretsManagerGetSecretValuePolicy":
+        return {"Action": "secretsmanager:GetSecretValue", "Resource": args["SecretArn"]}
+    raise AssertionError(f"policy template {name} is not modelled by the deploy tests")
+
+
+def iam_request(
+    prefix: str, operation: str, params: Mapping[str, Any], stack: MotoStack
+) -> tuple[list[str], list[str]]:
+    """The IAM action(s) and resource ARN(s) an API request is authorized against."""
+    s3_actions = {"ListObjectsV2": "s3:ListBucket", "ListObjects": "s3:ListBucket", "HeadObject": "s3:GetObject"}
+    action = s3_actions.get(operation, f"{prefix}:{operation}")
+    if prefix == "lambda" and operation == "Invoke":
+        action = "lambda:InvokeFunction"
+    if prefix == "dynamodb":
+        resource = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{params.get('TableName', '*')}"
+        return [action], [resource]
+    if prefix == "s3":
+        bucket = params.get("Bucket", "*")
+        key = params.get("Key")
+        return [action], [f"arn:aws:s3:::{bucket}/{key}" if key is not None else f"arn:aws:s3:::{bucket}"]
+    if prefix == "states":
+        arn = params.get("stateMachineArn") or params.get("executionArn") or "*"
+        return [action], [arn]
+    if prefix == "events" and operation == "PutEvents":
+        buses = {e.get("EventBusName", "default") for e in params.get("Entries", [])}
+        return [action], [
+            b if b.startswith("arn:") else f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{b}" for b in sorted(buses)
+        ]
+    if prefix == "lambda":
+        name = str(params.get("FunctionName", "*"))
+        fn = name if name.startswith("arn:") else stack.functions_by_name_arn(name)
+        return [action], [fn]
+    if prefix == "secretsmanager":
+        return [action], [str(params.get("SecretId", "*"))]
+    return [action], ["*"]

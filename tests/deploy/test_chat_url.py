@@ -1,0 +1,49 @@
+"""The chat function over the AWS runtime, driven with the sample Function URL events."""
+
+from __future__ import annotations
+
+from durable_harness.protocol.assemble import assemble_ui_message
+
+from . import agents
+from .chat import call, load_chat_app, sample_event, with_path
+from .helpers import log_of, state_of
+from .stack import MotoStack
+
+
+async def test_a_chat_post_streams_the_whole_run_and_a_get_resumes_it(stack: MotoStack) -> None:
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    response = await call(app, sample_event("chat-post.json"))
+    assert response.status == 200, response.body
+    assert response.headers["content-type"].startswith("text/event-stream")
+    run_id = response.headers["x-workflow-run-id"]
+    chunks = response.chunks()
+    # The POST followed the run through all its slices (several Step Functions tasks) to finish.
+    assert chunks[-1]["type"] == "finish"
+    assert chunks == log_of(stack, run_id)
+    assert assemble_ui_message(chunks)["parts"][-1]["text"] == agents.ANSWER
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "SUCCEEDED"
+    state = state_of(stack, run_id)
+    assert (state.status, state.chat_id, state.principal) == ("finished", "chat-example-1", "tester")
+    assert len(stack.calls_of("SliceFunction", run_id)) == state.slices == 4
+
+    # Resume from an absolute index, as WorkflowChatTransport does after a drop.
+    get = with_path(sample_event("chat-get.json"), f"/api/chat/{run_id}/stream", "startIndex=3")
+    resumed = await call(app, get)
+    assert resumed.status == 200
+    assert resumed.chunks() == chunks[3:]
+    assert resumed.headers["x-workflow-stream-tail-index"] == str(len(chunks) - 1)
+
+
+async def test_the_chat_url_requires_a_token_in_token_mode(stack: MotoStack) -> None:
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    event = sample_event("chat-post.json")
+    del event["headers"]["authorization"]
+    response = await call(app, event)
+    assert response.status == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert stack.executions() == []
+    health = await call(app, with_path(sample_event("chat-get.json"), "/health"))
+    assert health.status == 200  # the Lambda Web Adapter's readiness check needs no token

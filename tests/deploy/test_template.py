@@ -1,0 +1,258 @@
+"""Static checks of template.yaml, the state machine definition, samconfig.toml and events/.
+
+The offline SAM / cfn-lint / sam build checks need the SAM CLI and run in ``make deploy-checks``;
+these need nothing but the repository.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import tomllib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from durable_harness.aws.events import parse_start_run_event
+
+from .cfn import ROOT, Resolver, function_properties, load_template
+from .chat import sample_event
+
+TEMPLATE = load_template()
+RESOURCES = TEMPLATE["Resources"]
+ASL_TEXT = (ROOT / "statemachine" / "run.asl.json").read_text()
+ASL = json.loads(ASL_TEXT)
+FUNCTIONS = [k for k, v in RESOURCES.items() if v["Type"] == "AWS::Serverless::Function"]
+
+
+def resolved(overrides: dict[str, str] | None = None) -> Resolver:
+    """A resolver with placeholder physical names, for condition and intrinsic checks."""
+    r = Resolver(TEMPLATE, overrides)
+    for logical_id in RESOURCES:
+        r.physical[logical_id] = f"phys-{logical_id}"
+        r.attributes[(logical_id, "Arn")] = f"arn:aws:test:::{logical_id}"
+    return r
+
+
+# --- functions -----------------------------------------------------------------------------------
+
+
+def test_functions_share_one_runtime_architecture_and_layer() -> None:
+    function = TEMPLATE["Globals"]["Function"]
+    assert (function["Runtime"], function["Architectures"], function["Tracing"]) == ("python3.12", ["arm64"], "Active")
+    assert function["Layers"] == [{"Ref": "HarnessLayer"}]
+    layer = RESOURCES["HarnessLayer"]
+    assert layer["Properties"]["ContentUri"] == "layers/harness/"
+    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.12"]
+    assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
+    assert layer["Metadata"] == {"BuildMethod": "python3.12", "BuildArchitecture": "arm64"}
+    env = function["Environment"]["Variables"]
+    for name in ("RUNS_TABLE", "CHUNK_BUCKET", "EVENT_BUS_NAME", "MODEL_ID", "RUN_TTL_DAYS", "STATE_MACHINE_ARN"):
+        assert name in env
+    for name in ("POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"):
+        assert name in env
+
+
+@pytest.mark.parametrize("logical_id", FUNCTIONS)
+def test_every_function_has_its_code_requirements_and_log_group(logical_id: str) -> None:
+    props = function_properties(TEMPLATE, logical_id)
+    folder = ROOT / props["CodeUri"]
+    assert (folder / "requirements.txt").is_file()
+    module, _, attribute = props["Handler"].rpartition(".")
+    if props["Handler"] != "run.sh":
+        tree = ast.parse((folder / f"{module}.py").read_text())
+        assert attribute in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    log_group = props["LoggingConfig"]["LogGroup"]["Ref"]
+    assert RESOURCES[log_group]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_the_layer_installs_every_runtime_dependency() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~\[; ]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
+
+    lines = (ROOT / "layers" / "harness" / "requirements.txt").read_text().splitlines()
+    layer = [line for line in lines if line.strip() and not line.startswith("#")]
+    assert names(pyproject["project"]["dependencies"]) <= names(layer)
+    assert any(line.startswith("aws-lambda-powertools[tracer]") for line in layer)  # Tracer needs the X-Ray SDK
+
+
+def test_the_chat_function_streams_through_the_lambda_web_adapter() -> None:
+    props = RESOURCES["ChatFunction"]["Properties"]
+    assert props["Handler"] == "run.sh" and props["Timeout"] == 900
+    assert props["Layers"] == [
+        {"Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:753240598075:layer:LambdaAdapterLayerArm64:26"}
+    ]
+    env = props["Environment"]["Variables"]
+    assert env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
+    assert env["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    assert env["AWS_LWA_PORT"] == "8000"
+    assert env["AWS_LWA_READINESS_CHECK_PATH"] == "/health"
+    assert float(env["STREAM_WINDOW_SECONDS"]) < props["Timeout"]
+    url = props["FunctionUrlConfig"]
+    assert url["InvokeMode"] == "RESPONSE_STREAM"
+    assert url["Cors"]["ExposeHeaders"] == ["x-workflow-run-id", "x-workflow-stream-tail-index"]
+    assert url["Cors"]["AllowHeaders"] == ["content-type", "authorization"]
+    assert url["Cors"]["AllowOrigins"] == {"Ref": "AllowedOrigins"}
+    script = (ROOT / "functions" / "chat" / "run.sh").read_bytes()
+    assert b"\r" not in script and script.startswith(b"#!/bin/bash\n")
+    assert (ROOT / "functions" / "chat" / "run.sh").stat().st_mode & 0o111
+    assert b"exec python -m uvicorn" in script and b"AWS_LWA_PORT" in script and b"/opt/python" in script
+
+
+@pytest.mark.parametrize(
+    ("mode", "auth_type", "public"), [("token", "NONE", True), ("none", "NONE", True), ("iam", "AWS_IAM", False)]
+)
+def test_auth_mode_sets_the_url_auth_type_and_its_public_permissions(mode: str, auth_type: str, public: bool) -> None:
+    r = resolved({"AuthMode": mode})
+    assert r.resolve(RESOURCES["ChatFunction"]["Properties"]["FunctionUrlConfig"]["AuthType"]) == auth_type
+    permissions = ["ChatFunctionUrlPublicAccess", "ChatFunctionUrlInvokeAccess"]
+    assert [r.exists(p) for p in permissions] == [public, public]
+    assert RESOURCES["ChatFunctionUrlInvokeAccess"]["Properties"]["InvokedViaFunctionUrl"] is True
+
+
+def test_token_mode_needs_tokens() -> None:
+    [assertion] = TEMPLATE["Rules"]["TokenAuthNeedsTokens"]["Assertions"]
+    for secret, hashes, ok in [("", "", False), ("", "a:" + "0" * 64, True), ("arn:aws:secretsmanager:x", "", True)]:
+        r = resolved({"AuthTokensSecretArn": secret, "AuthTokenHashes": hashes})
+        assert bool(r.resolve(assertion["Assert"])) is ok
+
+
+# --- storage -------------------------------------------------------------------------------------
+
+
+def test_the_runs_table() -> None:
+    props = RESOURCES["RunsTable"]["Properties"]
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["KeySchema"] == [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
+    assert {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]} == {"pk": "S", "sk": "S"}
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+
+
+def test_the_chunk_bucket_is_private_encrypted_tls_only_and_expires() -> None:
+    props = RESOURCES["ChunkBucket"]["Properties"]
+    assert set(props["PublicAccessBlockConfiguration"].values()) == {True}
+    assert len(props["PublicAccessBlockConfiguration"]) == 4
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    assert props["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    [rule] = props["LifecycleConfiguration"]["Rules"]
+    assert rule["ExpirationInDays"] == {"Ref": "ChunkRetentionDays"} and rule["Status"] == "Enabled"
+    [deny] = RESOURCES["ChunkBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert deny["Resource"] == [{"Fn::GetAtt": ["ChunkBucket", "Arn"]}, {"Fn::Sub": "${ChunkBucket.Arn}/*"}]
+
+
+# --- the state machine ---------------------------------------------------------------------------
+
+
+def _walk(value: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield key, item
+            yield from _walk(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk(item)
+
+
+def test_the_definition_is_jsonpath_only_so_moto_can_run_it() -> None:
+    keys = {key for key, _ in _walk(ASL)}
+    assert not keys & {"QueryLanguage", "Assign", "Arguments", "Output"}
+    assert not any(isinstance(v, str) and v.startswith("{%") for _, v in _walk(ASL))
+
+
+def test_the_definition_is_wired() -> None:
+    states = ASL["States"]
+    targets = {v for k, v in _walk(ASL) if k in ("Next", "Default", "StartAt")}
+    assert targets <= set(states)
+    assert set(states) - targets == set()  # no unreachable state
+    placeholders = set(re.findall(r"\$\{(\w+)\}", ASL_TEXT))
+    substitutions = RESOURCES["RunStateMachine"]["Properties"]["DefinitionSubstitutions"]
+    assert placeholders == set(substitutions)
+    assert RESOURCES["RunStateMachine"]["Properties"]["Type"] == "STANDARD"
+    assert RESOURCES["RunStateMachine"]["Properties"]["Tracing"] == {"Enabled": True}
+
+
+def test_the_slice_task_retries_the_slice_functions_retryable_error_and_catches_everything() -> None:
+    task = ASL["States"]["RunSlice"]
+    assert task["Resource"] == "arn:aws:states:::lambda:invoke"
+    retried = {name for retry in task["Retry"] for name in retry["ErrorEquals"]}
+    slice_app = ast.parse((ROOT / "functions" / "slice" / "app.py").read_text())
+    [error_class] = [n.name for n in slice_app.body if isinstance(n, ast.ClassDef) and n.name.endswith("Error")]
+    assert error_class in retried
+    assert {"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException"} <= retried
+    assert {"Lambda.TooManyRequestsException", "Sandbox.Timedout", "States.Timeout"} <= retried
+    assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Finalize"}]
+    assert set(task["ResultSelector"]) == {"status.$", "slices.$"}  # only the small result travels
+
+
+def test_every_status_a_slice_returns_is_routed() -> None:
+    routed = {c.get("StringEquals") for rule in ASL["States"]["Route"]["Choices"] for c in [rule, *rule.get("And", [])]}
+    statuses = {"ready_for_next_step", "finished", "awaiting_tool_approval", "failed", "cancelled", "fenced"}
+    assert statuses <= routed
+
+
+# --- parameters, outputs, samconfig, events -----------------------------------------------------
+
+
+def test_parameter_defaults_satisfy_their_own_constraints() -> None:
+    for name, spec in TEMPLATE["Parameters"].items():
+        default = str(spec.get("Default"))
+        if "AllowedPattern" in spec:
+            assert re.fullmatch(spec["AllowedPattern"], default), name
+        if "AllowedValues" in spec:
+            assert default in [str(v) for v in spec["AllowedValues"]], name
+        if "MinValue" in spec:
+            assert spec["MinValue"] <= float(default) <= spec["MaxValue"], name
+
+
+def test_the_outputs_tell_how_to_use_the_stack() -> None:
+    outputs = TEMPLATE["Outputs"]
+    assert outputs["ChatUrl"]["Value"] == {"Fn::GetAtt": ["ChatFunctionUrl", "FunctionUrl"]}
+    for name in ("StateMachineArn", "RunsTableName", "ChunkBucketName", "EventBusName", "LayerArn"):
+        assert name in outputs
+    assert (outputs["StartRunEventSource"]["Value"], outputs["StartRunDetailType"]["Value"]) == (
+        "durable-harness.client",
+        "Start Run",
+    )
+
+
+def test_the_optional_schedule_exists_only_with_an_expression() -> None:
+    assert not resolved().exists("StartRunSchedule")
+    r = resolved({"ScheduleExpression": "rate(1 day)", "SchedulePrompt": "Summarize the day"})
+    assert r.exists("StartRunSchedule") and r.exists("StartRunScheduleRole")
+    event = json.loads(r.resolve(RESOURCES["StartRunSchedule"]["Properties"]["Target"]["Input"]))
+    request = parse_start_run_event(event, source="durable-harness.schedule")
+    assert request.messages[0].parts[0].text == "Summarize the day"  # type: ignore[union-attr]
+
+
+def test_samconfig_deploys_the_template_parameters() -> None:
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    assert config["version"] == 0.1
+    deploy = config["default"]["deploy"]["parameters"]
+    assert set(deploy["capabilities"].split()) == {"CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"}
+    assert deploy["resolve_s3"] is True and deploy["confirm_changeset"] is True
+    names = set(re.findall(r'(\w+)="', deploy["parameter_overrides"]))
+    assert names and names <= set(TEMPLATE["Parameters"])
+    assert config["default"]["build"]["parameters"] == {"cached": True, "parallel": True}
+
+
+def test_the_sample_events_have_the_shapes_lambda_sends() -> None:
+    for name in ("chat-post.json", "chat-get.json"):
+        event = sample_event(name)
+        assert event["version"] == "2.0" and event["requestContext"]["http"]["path"] == event["rawPath"]
+    post = sample_event("chat-post.json")
+    assert json.loads(post["body"])["messages"][0]["role"] == "user"
+    assert sample_event("chat-get.json")["rawQueryString"] == "startIndex=0"
+    assert set(sample_event("slice.json")) >= {"runId"}
+    assert set(sample_event("finalizer.json")["error"]) == {"Error", "Cause"}
+    start = sample_event("start-run.json")
+    assert parse_start_run_event(start).messages[0].role == "user"

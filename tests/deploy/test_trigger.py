@@ -1,0 +1,98 @@
+"""Event-triggered runs (decision D9): the trigger function, its rule, and following the run by chat."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from durable_harness.aws.events import run_id_for_event, start_run_pattern
+from moto.events.models import EventPattern
+
+from .chat import call, load_chat_app, sample_event, with_path
+from .helpers import log_of, state_of, types
+from .stack import MotoStack
+
+
+def test_the_rule_matches_the_sample_event_and_not_the_runs_own_events(stack: MotoStack) -> None:
+    # moto implements neither TestEventPattern nor Lambda targets: match with its own matcher.
+    assert stack.rule_pattern == start_run_pattern()
+    pattern = EventPattern.load(json.dumps(stack.rule_pattern))
+    assert pattern.matches_event(sample_event("start-run.json"))
+    lifecycle = {"source": "durable-harness", "detail-type": "Run Finished", "detail": {}}
+    assert not pattern.matches_event(lifecycle)  # a run's own events never start runs
+
+
+async def test_an_event_delivered_twice_starts_one_run_that_a_chat_client_follows(stack: MotoStack) -> None:
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    event = sample_event("start-run.json")
+    run_id = run_id_for_event(event)
+    # EventBridge delivers at least once: the same event (same id) arrives twice.
+    assert stack.invoke("TriggerFunction", event) == {"runId": run_id}
+    assert stack.invoke("TriggerFunction", event) == {"runId": run_id}
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "SUCCEEDED"
+    assert len(stack.executions()) == 1
+    # A late redelivery after the run ended starts nothing either.
+    assert stack.invoke("TriggerFunction", event) == {"runId": run_id}
+    assert len(stack.executions()) == 1
+
+    state = state_of(stack, run_id)
+    assert (state.status, state.origin, state.chat_id, state.principal) == ("finished", "event", "ops-daily", None)
+    assert state.input_messages == [] and state.turn is not None
+    first = state.turn["messages"][0]
+    assert first["role"] == "user" and first["content"][0]["text"] == event["detail"]["prompt"]
+
+    # Followed with the chat API, by run id (the sample GET, with this run's id).
+    log = log_of(stack, run_id)
+    get = with_path(sample_event("chat-get.json"), f"/api/chat/{run_id}/stream", "startIndex=0")
+    response = await call(app, get)
+    assert response.status == 200, response.body
+    assert response.chunks() == log and types(log)[-1] == "finish"
+    assert int(response.headers["x-workflow-stream-tail-index"]) == len(log) - 1
+    tail = await call(app, with_path(get, get["rawPath"], "startIndex=-2"))
+    assert tail.chunks() == log[-2:]
+
+
+def test_runs_announce_their_lifecycle_on_the_bus(stack: MotoStack) -> None:
+    sqs, events = stack.client("sqs"), stack.client("events")
+    queue = sqs.create_queue(QueueName="lifecycle")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name="lifecycle", EventPattern=json.dumps({"source": ["durable-harness"]}))
+    events.put_targets(Rule="lifecycle", Targets=[{"Id": "q", "Arn": queue_arn}])
+    event = sample_event("start-run.json")
+    run_id = stack.invoke("TriggerFunction", event)["runId"]
+    stack.wait_for_executions(run_id)
+    received = []
+    while batch := sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", []):
+        received += [json.loads(m["Body"]) for m in batch]
+    assert [(e["detail-type"], e["detail"]["runId"]) for e in received] == [
+        ("Run Started", run_id),
+        ("Run Finished", run_id),
+    ]
+    finished = received[-1]["detail"]
+    assert (finished["status"], finished["origin"], finished["chatId"]) == ("finished", "event", "ops-daily")
+
+
+def test_a_malformed_event_is_rejected_without_a_run(stack: MotoStack) -> None:
+    event = sample_event("start-run.json") | {"detail": {"chatId": "ops"}}  # neither prompt nor messages
+    result = stack.invoke("TriggerFunction", event)
+    assert "prompt" in result["error"]
+    assert stack.executions() == []
+
+
+@pytest.mark.stack_parameters(ScheduleExpression="rate(1 day)", SchedulePrompt="Summarize the day")
+def test_a_scheduled_invocation_starts_a_run(stack: MotoStack) -> None:
+    schedule = stack.template["Resources"]["StartRunSchedule"]
+    assert stack.resolver.exists("StartRunSchedule")
+    text = stack.resolver.resolve(schedule["Properties"]["Target"]["Input"])
+    # What EventBridge Scheduler sends: its placeholders filled in.
+    text = text.replace("<aws.scheduler.execution-id>", "5b1d3c54-0d6e-4a4c-8f0a-1b2c3d4e5f60")
+    text = text.replace("<aws.scheduler.scheduled-time>", "2026-11-29T08:00:00Z")
+    text = text.replace("<aws.scheduler.schedule-arn>", "arn:aws:scheduler:us-east-1:123456789012:schedule/x")
+    event = json.loads(text)
+    run_id = stack.invoke("TriggerFunction", event)["runId"]
+    assert run_id == run_id_for_event(event)
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "SUCCEEDED"
+    assert state_of(stack, run_id).turn["messages"][0]["content"][0]["text"] == "Summarize the day"  # type: ignore[index]
