@@ -14,7 +14,7 @@ PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(co
 dev: setup
 	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
 
-test: setup node-setup lint typecheck test-python test-node test-python312 deploy-checks
+test: setup node-setup lint typecheck test-python test-node deploy-checks test-python312
 
 setup: $(VENV)/.installed
 

@@ -290,3 +290,11 @@ async def test_total_timeout_stops_a_run_between_steps() -> None:
     model = ScriptedModel([tool_calls_step(("c1", "add", {"a": 1, "b": 1})), text_step("2")])
     _, state = await run(Agent(model=model, tools=[add], timeout=Timeouts(total=0)))
     assert state.status == "failed" and "total time limit" in state.error
+
+
+async def test_send_reasoning_false_keeps_reasoning_from_the_client() -> None:
+    step = [hp.ReasoningStartPart(id="r"), hp.ReasoningDeltaPart(id="r", delta="hmm"), hp.ReasoningEndPart(id="r")]
+    model = ScriptedModel([step + text_step("Answer.")])
+    chunks, _ = await run(Agent(model=model, send_reasoning=False))
+    assert not [c for c in chunks if c["type"].startswith("reasoning")]
+    assert message_of(chunks)["parts"][-1]["text"] == "Answer."

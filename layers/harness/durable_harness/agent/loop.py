@@ -62,6 +62,7 @@ class ToolLoopAgent:
         tools_context: Mapping[str, Any] | None = None,
         settings: Mapping[str, Any] | None = None,
         allow_system_in_messages: bool = False,
+        send_reasoning: bool = True,
         approval_secret: ApprovalSecret | None = None,
         max_retries: int = 2,
         retry_initial_delay: float = 2.0,
@@ -98,6 +99,7 @@ class ToolLoopAgent:
         self.tools_context = _validate_tools_context(self.tools, tools_context or {})
         self.settings = dict(settings or {})
         self.allow_system_in_messages = allow_system_in_messages
+        self.send_reasoning = send_reasoning
         self.approval_secret = approval_secret if approval_secret is not None else ApprovalSecret()
         self.max_retries = max_retries
         self.retry_initial_delay = retry_initial_delay

@@ -212,7 +212,10 @@ class Runner:
 
     def _translator(self, state: RunState) -> StreamTranslator:
         return StreamTranslator(
-            state.stream.translator.model_copy(deep=True), tool_names=self.agent.tool_names, signer=self.signer
+            state.stream.translator.model_copy(deep=True),
+            tool_names=self.agent.tool_names,
+            signer=self.signer,
+            send_reasoning=bool(getattr(self.agent, "send_reasoning", True)),
         )
 
     async def _note_tail(self, state: RunState, count: int, translator: StreamTranslator) -> bool:
