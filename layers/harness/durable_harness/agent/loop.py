@@ -8,7 +8,6 @@ again), and at the end of the step. Approvals pause the turn; the next turn's me
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
@@ -22,6 +21,18 @@ from ..ids import new_id
 from ..messages import AssistantMessage, ModelMessage, SystemMessage, ToolApprovalRequestPart, ToolMessage
 from ..models.base import LanguageModel, ModelRequest
 from ..protocol import harness_parts as hp
+from .calls import (
+    content_events,
+    dump_state,
+    is_empty_part,
+    json_ready,
+    maybe_await,
+    ordered_outcomes,
+    parse_call,
+    resolve_model_spec,
+    usage_of,
+    validate_tools_context,
+)
 from .continuation import ApprovalAnswer, continuation_messages, pending_approvals
 from .control import Callback, CallOptions, PrepareHook, RepairToolCall, StopCondition, Timeouts, step_count_is
 from .execution import ToolRunner, answered_approvals, result_events, result_part
@@ -80,7 +91,7 @@ class ToolLoopAgent:
         on_abort: Callback | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.model = _resolve(model)
+        self.model = resolve_model_spec(model)
         self.instructions = instructions
         self.tools = {t.name: t for t in tools}
         if len(self.tools) != len(tools):
@@ -95,8 +106,8 @@ class ToolLoopAgent:
         self.output = output
         self.tool_choice = tool_choice
         self.active_tools = list(active_tools) if active_tools is not None else None
-        self.runtime_context = _json_ready(runtime_context, "runtime_context")
-        self.tools_context = _validate_tools_context(self.tools, tools_context or {})
+        self.runtime_context = json_ready(runtime_context, "runtime_context")
+        self.tools_context = validate_tools_context(self.tools, tools_context or {})
         self.settings = dict(settings or {})
         self.allow_system_in_messages = allow_system_in_messages
         self.send_reasoning = send_reasoning
@@ -182,7 +193,7 @@ class ToolLoopAgent:
                 state.phase, state.approval_step, state.step_calls = "tools", True, calls
                 for chunk in denied:
                     yield chunk
-                yield Boundary("model", _dump(state))
+                yield Boundary("model", dump_state(state))
         elif state.phase == "tools" and replay:
             for event in self._replay_step(state):
                 yield event
@@ -215,7 +226,7 @@ class ToolLoopAgent:
         if total is not None and time.time() - state.started_at > total:
             raise ModelError(f"The run exceeded its total time limit of {total:g} s.")
         options = await self._step_options(state)
-        model = _resolve(options.model) if options.model else self.model
+        model = resolve_model_spec(options.model) if options.model else self.model
         active = options.active_tools
         request = ModelRequest(
             instructions=options.instructions,
@@ -232,7 +243,7 @@ class ToolLoopAgent:
             timeouts=self.timeout, retry_initial_delay=self.retry_initial_delay, sleep=self.sleep,
         ):  # fmt: skip
             yield item
-        state.messages.append(AssistantMessage(content=[c for c in result.content if not _empty(c)]))
+        state.messages.append(AssistantMessage(content=[c for c in result.content if not is_empty_part(c)]))
         state.step_finish_reason = result.finish_reason
         state.step_usage = result.usage
         state.total_usage = (state.total_usage[0] + result.usage[0], state.total_usage[1] + result.usage[1])
@@ -246,7 +257,7 @@ class ToolLoopAgent:
         state.step_calls, state.step_outcomes, state.reported = result.calls, [], 0
         if result.calls:
             state.phase, state.approval_step = "tools", False
-            yield Boundary("model", _dump(state))
+            yield Boundary("model", dump_state(state))
         else:
             async for event in self._end_step(state):
                 yield event
@@ -260,11 +271,11 @@ class ToolLoopAgent:
             runnable = list(state.step_calls)
         async for item in self.runner.run_step(state, runnable):
             if item is None:
-                yield Boundary("tool-result", _dump(state))
+                yield Boundary("tool-result", dump_state(state))
             else:
                 yield item
         waiting = set(state.pending_approvals) | set(state.client_calls)
-        results = [result_part(o) for o in _ordered(state) if o.tool_call_id not in waiting]
+        results = [result_part(o) for o in ordered_outcomes(state) if o.tool_call_id not in waiting]
         if state.approval_step:
             last = state.messages[-1]
             assert isinstance(last, ToolMessage)
@@ -314,11 +325,11 @@ class ToolLoopAgent:
             state.step_calls, state.step_outcomes, state.reported = [], [], 0
         yield hp.FinishStepPart(
             finish_reason=hp.FinishReason(unified=state.step_finish_reason),  # type: ignore[arg-type]
-            usage=_usage(state.step_usage),
+            usage=usage_of(state.step_usage),
         )
         if state.steps:
             await self._callback("step_end", state.steps[-1])
-        yield Boundary("step", _dump(state))
+        yield Boundary("step", dump_state(state))
 
     async def _end(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
         output = self._parse_output(state) if self.output and not state.pending_approvals else None
@@ -327,10 +338,10 @@ class ToolLoopAgent:
             reason, raw = "length", "token-budget"
         yield hp.FinishPart(
             finish_reason=hp.FinishReason(unified=reason, raw=raw),  # type: ignore[arg-type]
-            total_usage=_usage(state.total_usage),
+            total_usage=usage_of(state.total_usage),
         )
         await self._callback("end", state.steps, output)
-        yield Boundary("approval" if state.pending_approvals else "end", _dump(state), output)
+        yield Boundary("approval" if state.pending_approvals else "end", dump_state(state), output)
 
     def _parse_output(self, state: LoopTurnState) -> Any:
         assert self.output is not None
@@ -347,7 +358,7 @@ class ToolLoopAgent:
             assistant = state.messages[-1]
             assert isinstance(assistant, AssistantMessage)
             invalid = {c.tool_call_id: c for c in state.step_calls if c.invalid_error and not c.silent}
-            events += _content_events(assistant, invalid)
+            events += content_events(assistant, invalid)
         by_id = {o.tool_call_id: o for o in state.step_outcomes}
         for call in state.step_calls[: state.reported]:
             if call.tool_call_id in by_id:
@@ -357,14 +368,14 @@ class ToolLoopAgent:
     # --- helpers -----------------------------------------------------------------------------------
 
     async def _validate_call(self, part: hp.ToolCallPart) -> StepCall:
-        call = _parse_call(part, self.tools)
+        call = parse_call(part, self.tools)
         if call.invalid_error is not None and self.repair_tool_call is not None:
-            repaired = await _maybe_await(
+            repaired = await maybe_await(
                 self.repair_tool_call(part.tool_call_id, part.tool_name, part.input, call.invalid_error, self.tools)
             )
             if repaired is not None:
                 name, text = repaired
-                fixed = _parse_call(
+                fixed = parse_call(
                     hp.ToolCallPart(tool_call_id=part.tool_call_id, tool_name=name, input=text), self.tools
                 )
                 if fixed.invalid_error is None:
@@ -374,7 +385,7 @@ class ToolLoopAgent:
     async def _prepare_call(self, state: LoopTurnState) -> None:
         options = self._base_options(state, CallOverrides())
         if self.prepare_call is not None:
-            changed = await _maybe_await(self.prepare_call(options))
+            changed = await maybe_await(self.prepare_call(options))
             options = changed or options
             state.messages = list(options.messages)
         state.prepared = CallOverrides(
@@ -385,7 +396,7 @@ class ToolLoopAgent:
     async def _step_options(self, state: LoopTurnState) -> CallOptions:
         options = self._base_options(state, state.prepared or CallOverrides())
         if self.prepare_step is not None:
-            options = (await _maybe_await(self.prepare_step(options))) or options
+            options = (await maybe_await(self.prepare_step(options))) or options
         return options
 
     def _base_options(self, state: LoopTurnState, prepared: CallOverrides) -> CallOptions:
@@ -404,113 +415,4 @@ class ToolLoopAgent:
     async def _callback(self, name: str, *args: Any) -> None:
         callback = self.callbacks.get(name)
         if callback is not None:
-            await _maybe_await(callback(*args))
-
-
-def _parse_call(part: hp.ToolCallPart, tools: Mapping[str, Tool]) -> StepCall:
-    call = StepCall(tool_call_id=part.tool_call_id, tool_name=part.tool_name)
-    try:
-        call.input = json.loads(part.input) if part.input.strip() else {}
-    except json.JSONDecodeError as exc:
-        call.input = part.input
-        call.invalid_error = f"Invalid input for tool {part.tool_name}: JSON parsing failed: {exc.msg}"
-        return call
-    tool = tools.get(part.tool_name)
-    if tool is None:
-        available = ", ".join(sorted(tools)) or "none"
-        call.invalid_error = f"Model tried to call unavailable tool '{part.tool_name}'. Available tools: {available}."
-        return call
-    try:
-        tool.validate(call.input)
-    except ToolError as exc:
-        call.invalid_error = str(exc)
-    return call
-
-
-def _content_events(assistant: AssistantMessage, invalid: Mapping[str, StepCall]) -> list[AgentEvent]:
-    from ..messages import ReasoningPart, TextPart, ToolCallPart
-    from ..protocol.ui_chunks import ToolInputErrorChunk
-
-    events: list[AgentEvent] = []
-    for i, item in enumerate(assistant.content):
-        pid = f"replay-{i}"
-        if isinstance(item, TextPart):
-            events += [hp.TextStartPart(id=pid), hp.TextDeltaPart(id=pid, delta=item.text), hp.TextEndPart(id=pid)]
-        elif isinstance(item, ReasoningPart):
-            events += [hp.ReasoningStartPart(id=pid), hp.ReasoningDeltaPart(id=pid, delta=item.text)]
-            events.append(hp.ReasoningEndPart(id=pid, harness_metadata=item.provider_options))
-        elif isinstance(item, ToolCallPart) and item.tool_call_id in invalid:
-            call = invalid[item.tool_call_id]
-            events.append(
-                ToolInputErrorChunk(
-                    tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input, dynamic=True,
-                    error_text=call.invalid_error or "",
-                )
-            )  # fmt: skip
-        elif isinstance(item, ToolCallPart):
-            raw = json.dumps(item.input, ensure_ascii=False, separators=(",", ":"))
-            events.append(
-                hp.ToolCallPart(
-                    tool_call_id=item.tool_call_id, tool_name=item.tool_name, input=raw,
-                    provider_executed=item.provider_executed,
-                )
-            )  # fmt: skip
-        elif isinstance(item, ToolApprovalRequestPart):
-            events.append(hp.ToolApprovalRequestPart(approval_id=item.approval_id, tool_call_id=item.tool_call_id))
-    return events
-
-
-def _ordered(state: LoopTurnState) -> list[Any]:
-    by_id = {o.tool_call_id: o for o in state.step_outcomes}
-    return [by_id[c.tool_call_id] for c in state.step_calls if c.tool_call_id in by_id]
-
-
-def _resolve(model: LanguageModel | str) -> LanguageModel:
-    if isinstance(model, str):
-        from ..models.registry import resolve_model
-
-        return resolve_model(model)
-    return model
-
-
-def _validate_tools_context(tools: Mapping[str, Tool], context: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = set(context) - tools.keys()
-    if unknown:
-        raise AgentConfigError(f"tools_context names unknown tools: {sorted(unknown)}")
-    validated: dict[str, Any] = {}
-    for name, value in context.items():
-        model = tools[name].context_model
-        if model is not None:
-            try:
-                value = model.model_validate(value).model_dump(mode="json")
-            except ValidationError as exc:
-                raise AgentConfigError(f"tools_context[{name!r}] is invalid: {exc}") from exc
-        validated[name] = _json_ready(value, f"tools_context[{name!r}]")
-    return validated
-
-
-def _json_ready(value: Any, what: str) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError) as exc:
-        raise AgentConfigError(f"{what} must be JSON-serializable (it is checkpointed): {exc}") from exc
-
-
-def _usage(pair: tuple[int, int]) -> hp.Usage:
-    return hp.Usage(input_tokens=hp.InputTokens(total=pair[0]), output_tokens=hp.OutputTokens(total=pair[1]))
-
-
-def _dump(state: LoopTurnState) -> dict[str, Any]:
-    return state.model_dump(mode="json", by_alias=True)
-
-
-def _empty(part: Any) -> bool:
-    return getattr(part, "type", "") in ("text", "reasoning") and not part.text and not part.provider_options
-
-
-async def _maybe_await(value: Any) -> Any:
-    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-        return await value
-    return value
+            await maybe_await(callback(*args))

@@ -52,7 +52,7 @@ from ..messages import (
 from ..protocol import harness_parts as hp
 from ..protocol.wire import ProviderMetadata
 from .base import ModelRequest, ModelStreamPart
-from .openai import (
+from .provider_utils import (
     STANDARD_SETTINGS,
     ClientCache,
     error_detail,

@@ -52,7 +52,7 @@ from ..messages import (
 from ..protocol import harness_parts as hp
 from ..protocol.wire import compact_json
 from .base import ModelRequest, ModelStreamPart
-from .openai import (
+from .provider_utils import (
     STANDARD_SETTINGS,
     is_retryable_status,
     merge_provider_settings,

@@ -1,0 +1,230 @@
+"""HTTP and message helpers the model providers share: SSE reading, error mapping, ``Retry-After``
+parsing, ``data:`` URLs, key redaction, tool input/output text, settings checks, client caching."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import email.utils
+import json
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import httpx
+
+from ..errors import ModelError
+from ..messages import (
+    ErrorJsonOutput,
+    ErrorTextOutput,
+    ExecutionDeniedOutput,
+    JsonOutput,
+    TextOutput,
+    ToolResultOutput,
+)
+from ..protocol import harness_parts as hp
+from ..protocol.sse import SSEParser
+from ..protocol.wire import compact_json
+
+STANDARD_SETTINGS = frozenset(
+    {
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+    }
+)
+"""Provider-neutral keys of ``ModelRequest.settings``."""
+
+PROVIDER_SETTINGS = frozenset({"openai", "anthropic", "bedrock"})
+"""Keys of ``ModelRequest.settings`` holding one provider's extra request fields."""
+
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=30.0)
+"""Timeouts of the HTTP client a provider makes for itself (long reads: reasoning can be silent)."""
+
+# --- shared HTTP helpers --------------------------------------------------------------------------
+
+
+def is_retryable_status(status: int) -> bool:
+    """Whether calling again may succeed after this HTTP status (408, 409, 429, 5xx)."""
+    return status in (408, 409, 429) or status >= 500
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The server's retry hint in seconds: ``retry-after-ms``, else ``Retry-After`` (seconds or date)."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    millis = lower.get("retry-after-ms")
+    if millis:
+        try:
+            value = float(millis) / 1000.0
+            if value >= 0:
+                return value
+        except ValueError:
+            pass
+    text = lower.get("retry-after")
+    if not text:
+        return None
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every secret replaced by ``***``."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def error_detail(body: bytes) -> tuple[str | None, str]:
+    """``(error type, message)`` of an error body in OpenAI or Anthropic shape (or its raw text)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", errors="replace").strip()
+        return None, text[:500] or "(empty body)"
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        kind = error.get("type") or error.get("code")
+        message = error.get("message")
+        return (str(kind) if kind else None), str(message) if message else compact_json(error)
+    if isinstance(error, str):
+        return None, error
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        return None, data["message"]
+    return None, compact_json(data)[:500]
+
+
+def http_error(provider: str, response: httpx.Response, body: bytes, secrets: Iterable[str | None]) -> ModelError:
+    """The :class:`ModelError` of a non-2xx response."""
+    kind, message = error_detail(body)
+    status = response.status_code
+    label = f"{provider} API error {status}" + (f" ({kind})" if kind else "")
+    return ModelError(
+        redact(f"{label}: {message}", secrets),
+        retryable=is_retryable_status(status),
+        status_code=status,
+        retry_after=retry_after_seconds(response.headers),
+    )
+
+
+def transport_error(provider: str, exc: httpx.HTTPError, secrets: Iterable[str | None]) -> ModelError:
+    """The retryable :class:`ModelError` of a timeout or a failed/dropped connection."""
+    what = "timed out" if isinstance(exc, httpx.TimeoutException) else "connection failed"
+    detail = str(exc) or type(exc).__name__
+    return ModelError(redact(f"{provider} request {what}: {detail}", secrets), retryable=True)
+
+
+async def iter_sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    """The ``data`` of each server-sent event of a streamed response (``[DONE]`` included)."""
+    parser = SSEParser(skip_done=False)
+    async for chunk in response.aiter_bytes():
+        for data in parser.feed(chunk):
+            yield data
+    for data in parser.close():
+        yield data
+
+
+def parse_data_url(url: str) -> tuple[str, bytes] | None:
+    """``(media type, bytes)`` of a ``data:`` URL, or None for any other URL."""
+    if not url.startswith("data:"):
+        return None
+    header, sep, payload = url[5:].partition(",")
+    if not sep:
+        raise ModelError("malformed data: URL in a file part")
+    params = header.split(";")
+    media_type = params[0] or "text/plain"
+    if "base64" in params[1:]:
+        try:
+            return media_type, base64.b64decode(payload, validate=False)
+        except ValueError as exc:
+            raise ModelError(f"malformed base64 in a data: URL: {exc}") from None
+    return media_type, unquote_to_bytes(payload)
+
+
+def tool_output_text(output: ToolResultOutput) -> str:
+    """A tool result as the text sent to a model: text as is, JSON as compact JSON text."""
+    if isinstance(output, TextOutput | ErrorTextOutput):
+        return output.value
+    if isinstance(output, JsonOutput | ErrorJsonOutput):
+        return compact_json(output.value)
+    if isinstance(output, ExecutionDeniedOutput):
+        return output.reason or "Tool execution denied."
+    raise ModelError(f"unsupported tool output type {getattr(output, 'type', output)!r}")
+
+
+def tool_input_text(value: Any) -> str:
+    """A tool call's input as JSON text (a string input is already raw JSON text)."""
+    return value if isinstance(value, str) else compact_json(value)
+
+
+def tool_input_object(value: Any) -> dict[str, Any]:
+    """A tool call's input as the JSON object Anthropic and Bedrock require (``{}`` if it is none)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def merge_provider_settings(body: dict[str, Any], extra: Any) -> None:
+    """Merge ``settings[<provider>]`` into a request body; a ``None`` value removes that key."""
+    if not isinstance(extra, dict):
+        return
+    for key, value in extra.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+
+
+def unsupported_settings(settings: Mapping[str, Any], supported: Iterable[str]) -> list[hp.CallWarning]:
+    """Warnings for the standard settings this provider ignores and for unknown keys."""
+    allowed = set(supported) | PROVIDER_SETTINGS
+    return [
+        hp.UnsupportedSettingWarning(setting=key)
+        for key, value in settings.items()
+        if key not in allowed and value is not None
+    ]
+
+
+class ClientCache:
+    """One :class:`httpx.AsyncClient` per event loop (a pool must not outlive its loop)."""
+
+    def __init__(self) -> None:
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self) -> httpx.AsyncClient:
+        """The client of the running loop, made on first use."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            # httpx never retries by itself (transport retries default to 0).
+            client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+            self._clients[loop] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close the running loop's client, if one was made."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+
+# --- the model ------------------------------------------------------------------------------------
