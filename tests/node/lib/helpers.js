@@ -37,13 +37,15 @@ export async function freePort() {
 
 /**
  * Start `python -m durable_harness serve` on a free port with a fresh temp data dir, and wait
- * until `GET /health` answers 200. Returns `{ base, port, dataDir, logs(), stop() }`. `env` adds
- * (or overrides) environment variables of the server process, e.g. `TOOL_APPROVAL_SECRET`.
+ * until `GET /health` answers 200. Returns `{ base, port, dataDir, logs(), stop() }`; `stop()`
+ * resolves to how the process ended (`{ code, signal }`). `env` adds (or overrides) environment
+ * variables of the server process, e.g. `TOOL_APPROVAL_SECRET`. `args({ port, dataDir })` may
+ * return other Python arguments (another server script), see `startStackServer`.
  */
-export async function startServer({ demoDelay = 0.005, attempts = 150, intervalMs = 100, env = {} } = {}) {
+export async function startServer({ demoDelay = 0.005, attempts = 150, intervalMs = 100, env = {}, args: makeArgs } = {}) {
   const port = await freePort();
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'dh-node-compat-'));
-  const args = [
+  const args = makeArgs ? makeArgs({ port, dataDir }) : [
     '-m', 'durable_harness', 'serve',
     '--host', '127.0.0.1',
     '--port', String(port),
@@ -84,6 +86,7 @@ export async function startServer({ demoDelay = 0.005, attempts = 150, intervalM
         }
       }
       rmSync(dataDir, { recursive: true, force: true });
+      return exited;
     },
   };
 
@@ -102,10 +105,31 @@ export async function startServer({ demoDelay = 0.005, attempts = 150, intervalM
   }
   await server.stop();
   throw new Error(
-    `durable_harness server did not come up on ${base} ` +
+    `server did not come up on ${base} ` +
       `(${exited ? `exited ${JSON.stringify(exited)}` : `${attempts} health checks failed`}; last: ${lastError})\n` +
       `command: ${PYTHON} ${args.join(' ')}\n--- stderr ---\n${stderr}\n--- stdout ---\n${stdout}`,
   );
+}
+
+/**
+ * Start `tests/deploy/serve_stack.py`: the chat function's app over the AWS adapters, with the
+ * SAM template deployed into moto (DynamoDB, S3, the real state machine run by moto's Step
+ * Functions interpreter, the real slice and finalizer handlers in-process), served by uvicorn on
+ * a free port. With `token` the app runs in token auth mode (accepting that bearer token), else
+ * in AuthMode none. `sliceSeconds` is the template's SliceSeconds (0: one step per slice).
+ */
+export async function startStackServer({ token, sliceSeconds = 0, agent, env = {}, attempts = 300 } = {}) {
+  return startServer({
+    attempts,
+    env,
+    args: ({ port }) => [
+      path.join('tests', 'deploy', 'serve_stack.py'),
+      '--port', String(port),
+      '--slice-seconds', String(sliceSeconds),
+      ...(token ? ['--token', token] : []),
+      ...(agent ? ['--agent', agent] : []),
+    ],
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
