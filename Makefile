@@ -9,10 +9,14 @@ PORT ?= 8000
 # A second interpreter for the suite (the code supports 3.11 and 3.12); skipped if absent.
 PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(command -v python3.12); do "$$p" -c 'import sys' 2>/dev/null && echo "$$p" && break; done)
 
-.PHONY: dev test setup node-setup lint typecheck test-python test-python312 test-node clean
+.PHONY: dev chat test setup node-setup lint typecheck test-python test-python312 test-node clean
 
 dev: setup
 	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
+
+# A terminal chat with the server `make dev` runs (in a second terminal).
+chat: setup
+	$(PY) -m durable_harness chat --url http://$(HOST):$(PORT)
 
 test: setup node-setup lint typecheck test-python test-node deploy-checks test-python312
 

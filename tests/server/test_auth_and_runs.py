@@ -141,3 +141,16 @@ def test_approvals_of_a_run_without_a_chat_client(url: str) -> None:
 def test_openapi_document(url: str) -> None:
     document = httpx.get(f"{url}/openapi.json").json()
     assert document["openapi"].startswith("3.1") and "/api/runs/{runId}/approvals" in document["paths"]
+
+
+def test_a_paused_run_can_be_cancelled_and_then_not_answered(url: str) -> None:
+    paused = chat(url, "Please save a note: water the plants").headers["x-workflow-run-id"]
+    before = httpx.get(f"{url}/api/chat/{paused}/stream", headers=auth(ALICE)).content
+    cancelled = httpx.post(f"{url}/api/runs/{paused}/cancel", headers=auth(ALICE))
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert httpx.get(f"{url}/api/chat/{paused}/stream", headers=auth(ALICE)).content == before  # log unchanged
+    status = httpx.get(f"{url}/api/runs/{paused}", headers=auth(ALICE)).json()
+    assert status["status"] == "cancelled" and status["pendingApprovals"] == []
+    answer = {"approvals": [{"approvalId": "approval-call_demo_0", "approved": True}]}
+    response = httpx.post(f"{url}/api/runs/{paused}/approvals", json=answer, headers=auth(ALICE))
+    assert response.status_code == 409 and response.json()["error"]["code"] == "not_paused"

@@ -1,4 +1,6 @@
-"""Command line: ``durable-harness serve`` runs the chat app locally with embedded storage."""
+"""Command line: ``durable-harness serve`` runs the chat app locally with embedded storage;
+``durable-harness chat`` talks to a server in the terminal; ``durable-harness runs show|follow|cancel``
+inspects and controls runs."""
 
 from __future__ import annotations
 
@@ -67,6 +69,30 @@ def _serve(args: argparse.Namespace) -> None:
     uvicorn.run(kit.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
 
 
+def _client_options() -> argparse.ArgumentParser:
+    """``--url`` and ``--token``, shared by the client commands."""
+    from .client import DEFAULT_URL
+
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--url", default=os.environ.get("CHAT_URL") or DEFAULT_URL,
+        help=f"the chat server (env CHAT_URL; default {DEFAULT_URL})",
+    )  # fmt: skip
+    options.add_argument("--token", default=os.environ.get("CHAT_TOKEN") or None, help="bearer token (env CHAT_TOKEN)")
+    return options
+
+
+def _client_command(args: argparse.Namespace) -> int:
+    from .client import terminal
+
+    for stream in (sys.stdout, sys.stderr):  # never a UnicodeEncodeError for "⚙" on a narrow locale
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
+    term = terminal.Terminal(stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr, environ=os.environ)
+    return terminal.run_command(args, term)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``durable-harness`` command."""
     parser = argparse.ArgumentParser(prog="durable-harness", description=__doc__)
@@ -79,10 +105,34 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--slice-seconds", type=float, default=float(os.environ.get("SLICE_SECONDS", "600")))
     serve.add_argument("--demo-delay", type=float, default=float(os.environ.get("DEMO_DELAY", "0.03")))
     serve.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
+    client = _client_options()
+    sub.add_parser(
+        "chat", parents=[client], help="chat with a server in the terminal",
+        description="Chat in the terminal: the reply streams as it arrives, tool calls show one line each, "
+        "approvals are asked inline, and a dropped connection resumes where it stopped. Ctrl-D quits.",
+    )  # fmt: skip
+    runs = sub.add_parser("runs", help="inspect and control runs", description="Inspect and control runs.")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    show = runs_sub.add_parser("show", parents=[client], help="a run's status, usage and pending approvals")
+    show.add_argument("run", help="the run id (wrun_...)")
+    show.add_argument("--json", action="store_true", help="print the run API's JSON")
+    follow = runs_sub.add_parser("follow", parents=[client], help="print a run's stream until it finishes")
+    follow.add_argument("run", help="the run id (wrun_...)")
+    follow.add_argument(
+        "--from", dest="start_index", type=int, default=0, metavar="N",
+        help="start at chunk N (negative: N chunks before the end; default 0)",
+    )  # fmt: skip
+    follow.add_argument("--json", action="store_true", help="print the chunks as JSON lines")
+    cancel = runs_sub.add_parser("cancel", parents=[client], help="stop a live run")
+    cancel.add_argument("run", help="the run id (wrun_...)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
+        logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
         _serve(args)
+        return
+    status = _client_command(args)
+    if status:
+        raise SystemExit(status)
 
 
 if __name__ == "__main__":

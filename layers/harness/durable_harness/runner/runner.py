@@ -83,6 +83,17 @@ class Runner:
         self.store.create(_checkpoint(state))
         return state
 
+    def abandon(self, run_id: str) -> RunState:
+        """Cancel a run paused for approval (its log already ends with ``finish``; only the state
+        changes). Conditional: FencedError if the run changed meanwhile."""
+        cp = self.store.load(run_id)
+        state = RunState.model_validate_json(cp.state)
+        if state.status != "awaiting_tool_approval" or state.continued_by is not None:
+            raise FencedError(f"run {run_id} is not a paused run ({state.status})")
+        state.status = "cancelled"
+        self.store.save(_checkpoint(state, cp), cp.version)
+        return state
+
     def mark_continued(self, run_id: str, continued_by: str) -> RunState:
         """Record that run ``continued_by`` answers this paused run (conditional: FencedError if it
         changed or was answered meanwhile)."""

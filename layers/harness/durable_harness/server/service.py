@@ -129,6 +129,12 @@ class ChatService:
     async def cancel(self, run_id: str, principal: str | None) -> RunState:
         """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log."""
         state = await self.load(run_id, principal)
+        if state.status == "awaiting_tool_approval" and state.continued_by is None:
+            try:  # a paused run is abandoned: nothing runs, its log already ends with `finish`
+                return await asyncio.to_thread(self.runner.abandon, run_id)
+            except FencedError:
+                raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
+                                          status=409) from None  # fmt: skip
         if state.terminal:
             raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
         self.orchestrator.cancel(run_id)

@@ -1,0 +1,355 @@
+"""The asynchronous chat client (``httpx.AsyncClient``): the same API as :mod:`.sync`, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ..protocol.ui_chunks import UIMessageChunk
+from ._common import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    ApprovalAnswers,
+    ConversationState,
+    Messages,
+    approvals_body,
+    base_url,
+    chat_body,
+    request_headers,
+    run_path,
+    user_message,
+)
+from ._cursor import ChunkError, ReconnectEvent, RetryPolicy, StreamCursor
+from ._requests import decode_json, response_error, run_id_of, stream_request
+from .errors import NetworkError, StreamError, describe_transport_error
+
+Pair = tuple[dict[str, Any], UIMessageChunk]
+
+
+class AsyncChatClient:
+    """The asynchronous :class:`~durable_harness.client.ChatClient`: same arguments, except that
+    ``sleep`` is awaited (default :func:`asyncio.sleep`) and ``on_reconnect`` may be async."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_reconnect: Callable[[ReconnectEvent], Awaitable[None] | None] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        """A client of the server at ``url``."""
+        if transport is not None and http_client is not None:
+            raise ValueError("pass either transport or http_client, not both")
+        self.url = base_url(url)
+        self.headers = request_headers(token, headers)
+        self.retry = retry or RetryPolicy()
+        self.on_reconnect = on_reconnect
+        self._sleep = sleep
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=timeout, transport=transport)
+
+    def send(
+        self, messages: Messages, *, chat_id: str | None = None, body: Mapping[str, Any] | None = None
+    ) -> AsyncChunkStream:
+        """Start a turn and stream the reply (see :meth:`ChatClient.send`); iterate with ``async for``."""
+        return AsyncChunkStream(self, post=chat_body(messages, chat_id, body))
+
+    def resume(self, run_id: str, start_index: int = 0, *, drop_orphans: bool = True) -> AsyncChunkStream:
+        """Follow a run's stream from ``start_index`` (negative: from the tail)."""
+        return AsyncChunkStream(self, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
+
+    def conversation(
+        self,
+        *,
+        chat_id: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> AsyncConversation:
+        """An :class:`AsyncConversation` over this client."""
+        return AsyncConversation(self, chat_id=chat_id, messages=messages, body=body)
+
+    async def run_status(self, run_id: str) -> dict[str, Any]:
+        """``GET /api/runs/{run_id}``."""
+        return await self._json("GET", run_path(run_id))
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        """``POST /api/runs/{run_id}/cancel``."""
+        return await self._json("POST", run_path(run_id, "cancel"))
+
+    async def approve_run(self, run_id: str, answers: ApprovalAnswers) -> dict[str, Any]:
+        """``POST /api/runs/{run_id}/approvals``; returns the continuation run."""
+        return await self._json("POST", run_path(run_id, "approvals"), approvals_body(answers))
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /health``."""
+        return await self._json("GET", "/health")
+
+    async def _json(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        url = self.url + path
+        try:
+            response = await self._http.request(method, url, json=body, headers=self.headers)
+        except httpx.RequestError as exc:
+            raise NetworkError(describe_transport_error(exc, url)) from None
+        if not response.is_success:
+            raise response_error(response, response.content)
+        return decode_json(response)
+
+    async def aclose(self) -> None:
+        """Close the connection pool (unless it was passed in)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncChatClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class AsyncChunkStream:
+    """The asynchronous :class:`~durable_harness.client.ChunkStream` (``async for``; ``aclose()``)."""
+
+    def __init__(
+        self, client: AsyncChatClient, *, post: dict[str, Any] | None = None, run_id: str | None = None,
+        start_index: int = 0, drop_orphans: bool = True,
+    ) -> None:  # fmt: skip
+        """A stream that starts with the POST ``post``, or with ``GET`` of ``run_id`` at ``start_index``."""
+        self._client = client
+        self._post = post
+        self.cursor = StreamCursor(client.retry, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
+        """Position and reconnect state."""
+        self._pairs = self._run()
+
+    @property
+    def run_id(self) -> str | None:
+        """The run id; None before the response."""
+        return self.cursor.run_id
+
+    @property
+    def index(self) -> int:
+        """Chunks received, as an absolute index into the run's log."""
+        return self.cursor.index
+
+    @property
+    def finished(self) -> bool:
+        """Whether ``finish`` arrived."""
+        return self.cursor.finished
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The ``finishReason`` of ``finish``."""
+        return self.cursor.finish_reason
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream was resumed."""
+        return self.cursor.reconnects
+
+    def __aiter__(self) -> AsyncChunkStream:
+        return self
+
+    async def __anext__(self) -> UIMessageChunk:
+        return (await self._pairs.__anext__())[1]
+
+    async def next_pair(self) -> Pair:
+        """The next chunk as ``(JSON object as received, typed chunk)``; StopAsyncIteration at the end."""
+        return await self._pairs.__anext__()
+
+    async def collect(self) -> list[UIMessageChunk]:
+        """Every remaining chunk, up to ``finish``."""
+        return [chunk async for chunk in self]
+
+    async def aclose(self) -> None:
+        """Stop reading (closes the open response)."""
+        await self._pairs.aclose()
+
+    async def __aenter__(self) -> AsyncChunkStream:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _run(self) -> AsyncGenerator[Pair, None]:
+        client, cursor = self._client, self.cursor
+        initial = True
+        while True:
+            request = stream_request(client._http, client.url, client.headers, cursor, self._post if initial else None)
+            error: str | None = None
+            try:
+                response = await client._http.send(request, stream=True)
+            except httpx.RequestError as exc:
+                if initial:
+                    raise NetworkError(describe_transport_error(exc, str(request.url))) from None
+                error = describe_transport_error(exc, str(request.url))
+            else:
+                try:
+                    if not response.is_success:
+                        failure = response_error(response, await response.aread())
+                        if initial or response.status_code not in client.retry.retry_statuses:
+                            raise failure
+                        error = str(failure)
+                    else:
+                        if initial and self._post is not None:
+                            cursor.run_id = run_id_of(response)
+                        cursor.opened(response.headers)
+                        async for data in response.aiter_bytes():
+                            for pair in cursor.feed(data):
+                                yield pair
+                                if cursor.finished:
+                                    return
+                        for pair in cursor.eof():
+                            yield pair
+                            if cursor.finished:
+                                return
+                except httpx.RequestError as exc:
+                    error = describe_transport_error(exc, str(request.url))
+                except ChunkError as exc:
+                    error = str(exc)
+                finally:
+                    await response.aclose()
+            event = cursor.ended(error, initial=initial)
+            initial = False
+            if client.on_reconnect is not None:
+                result = client.on_reconnect(event)
+                if result is not None:
+                    await result
+            if event.delay > 0:
+                await client._sleep(event.delay)
+
+
+class AsyncConversation:
+    """The asynchronous :class:`~durable_harness.client.Conversation`."""
+
+    def __init__(
+        self,
+        client: AsyncChatClient,
+        *,
+        chat_id: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        """A conversation over ``client``, starting from ``messages``."""
+        self.client = client
+        self.chat_id = chat_id
+        self.body = dict(body or {})
+        self.state = ConversationState(messages)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The UI message history, with the assistant message as streamed so far."""
+        return self.state.messages
+
+    @property
+    def last_assistant_message(self) -> dict[str, Any] | None:
+        """The last message, if it is the assistant's."""
+        return self.state.last_assistant_message
+
+    @property
+    def run_id(self) -> str | None:
+        """The latest turn's run."""
+        return self.state.run_id
+
+    def pending_approvals(self) -> list[dict[str, Any]]:
+        """Tool calls waiting for an answer."""
+        return self.state.pending_approvals()
+
+    def send(self, message: str | Mapping[str, Any]) -> AsyncTurnStream:
+        """Add a user message and stream the assistant's reply."""
+        new = user_message(message) if isinstance(message, str) else message
+        return self._turn(self.state.begin(new))
+
+    def continue_turn(self) -> AsyncTurnStream:
+        """Send the history as it is."""
+        return self._turn(self.state.begin(None))
+
+    def add_approval_response(self, approval_id: str, approved: bool, reason: str | None = None) -> None:
+        """Answer an approval without sending anything yet."""
+        self.state.add_approval_response(approval_id, approved, reason)
+
+    def answer_approval(self, approval_id: str, approved: bool, reason: str | None = None) -> AsyncTurnStream:
+        """Answer an approval; sends the history once every approval of the last step is answered
+        (else the returned stream is empty)."""
+        self.add_approval_response(approval_id, approved, reason)
+        if not self.state.ready_to_continue():
+            return AsyncTurnStream(self.client, self.state, None)
+        return self.continue_turn()
+
+    def _turn(self, messages: list[dict[str, Any]]) -> AsyncTurnStream:
+        return AsyncTurnStream(
+            self.client, self.state, self.client.send(messages, chat_id=self.chat_id, body=self.body)
+        )
+
+
+class AsyncTurnStream:
+    """The chunks of one conversation turn (``async for``), applied to the conversation as they arrive."""
+
+    def __init__(self, client: AsyncChatClient, state: ConversationState, stream: AsyncChunkStream | None) -> None:
+        """A turn of ``state`` reading ``stream`` (None: nothing to send)."""
+        self._client = client
+        self._state = state
+        self._turn = state.turn
+        self.stream = stream
+        """The underlying chunk stream (None when nothing was sent)."""
+
+    @property
+    def run_id(self) -> str | None:
+        """The turn's run id, once known."""
+        return self.stream.run_id if self.stream is not None else None
+
+    def __aiter__(self) -> AsyncTurnStream:
+        return self
+
+    async def __anext__(self) -> UIMessageChunk:
+        if self.stream is None:
+            raise StopAsyncIteration
+        try:
+            raw, chunk = await self.stream.next_pair()
+        except StopAsyncIteration:
+            self._state.end()
+            raise
+        # Any other error leaves the turn open: resume() continues it into the same message.
+        self._state.run_id = self.stream.run_id
+        self._state.apply(raw)
+        return chunk
+
+    def resume(self) -> AsyncTurnStream:
+        """After an error or an interruption (Ctrl-C) cut the stream, go on reading the run from the
+        first chunk not yet received (``GET …?startIndex=N``), into the same assistant message."""
+        stream = self.stream
+        if stream is None or stream.run_id is None:
+            raise StreamError("nothing to resume: the turn's run is not known")
+        if self._state.turn != self._turn:
+            raise StreamError("nothing to resume: another turn has started since")
+        if not stream.finished:
+            self.stream = self._client.resume(stream.run_id, stream.index)
+        return self
+
+    async def collect(self) -> list[UIMessageChunk]:
+        """Read the turn to its end; returns its chunks."""
+        return [chunk async for chunk in self]
+
+    async def aclose(self) -> None:
+        """Stop reading; what arrived so far stays in the history."""
+        if self.stream is not None:
+            await self.stream.aclose()
+        self._state.end()
+
+    async def __aenter__(self) -> AsyncTurnStream:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,379 @@
+"""The synchronous chat client (``httpx.Client``): streams, resumes, the run API, conversations."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ..protocol.ui_chunks import UIMessageChunk
+from ._common import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    ApprovalAnswers,
+    ConversationState,
+    Messages,
+    approvals_body,
+    base_url,
+    chat_body,
+    request_headers,
+    run_path,
+    user_message,
+)
+from ._cursor import ChunkError, ReconnectEvent, RetryPolicy, StreamCursor
+from ._requests import decode_json, response_error, run_id_of, stream_request
+from .errors import NetworkError, StreamError, describe_transport_error
+
+Pair = tuple[dict[str, Any], UIMessageChunk]
+
+
+class ChatClient:
+    """A client of a durable-harness chat server, with ``WorkflowChatTransport``'s resume logic.
+
+    ``token`` is sent as ``Authorization: Bearer <token>``; ``headers`` are added to every request.
+    ``retry`` bounds reconnecting (see :class:`RetryPolicy`); ``sleep`` waits between attempts (a
+    test can record the delays instead); ``on_reconnect`` is called before each reconnect.
+    ``transport`` (an httpx transport) or ``http_client`` (used as is, not closed) replace the
+    default connection pool.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        on_reconnect: Callable[[ReconnectEvent], None] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        """A client of the server at ``url`` (e.g. ``http://127.0.0.1:8000``)."""
+        if transport is not None and http_client is not None:
+            raise ValueError("pass either transport or http_client, not both")
+        self.url = base_url(url)
+        self.headers = request_headers(token, headers)
+        self.retry = retry or RetryPolicy()
+        self.on_reconnect = on_reconnect
+        self._sleep = sleep
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client(timeout=timeout, transport=transport)
+
+    # --- streams ------------------------------------------------------------------------------------
+
+    def send(
+        self, messages: Messages, *, chat_id: str | None = None, body: Mapping[str, Any] | None = None
+    ) -> ChunkStream:
+        """Start a turn: POST ``messages`` (UI messages, or a user's text) and stream the reply.
+
+        Returns a lazy iterator of typed chunks (the request is made on the first ``next()``);
+        its :attr:`ChunkStream.run_id` is set once the response arrives. A stream that ends
+        without ``finish`` is resumed with ``GET …/stream?startIndex=<chunks received>``.
+        ``chat_id`` is sent as ``id``; ``body`` adds fields to the POST body.
+        """
+        return ChunkStream(self, post=chat_body(messages, chat_id, body))
+
+    def resume(self, run_id: str, start_index: int = 0, *, drop_orphans: bool = True) -> ChunkStream:
+        """Follow a run's stream from absolute chunk ``start_index`` (negative: from the tail, like
+        the transport's ``initialStartIndex``), reconnecting until ``finish``.
+
+        From the tail, chunks of parts that started before the window are dropped as the
+        transport does (``drop_orphans``); pass False to get the log's chunks as they are."""
+        return ChunkStream(self, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
+
+    def conversation(
+        self,
+        *,
+        chat_id: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Conversation:
+        """A :class:`Conversation` over this client."""
+        return Conversation(self, chat_id=chat_id, messages=messages, body=body)
+
+    # --- the run API --------------------------------------------------------------------------------
+
+    def run_status(self, run_id: str) -> dict[str, Any]:
+        """``GET /api/runs/{run_id}``: status, finish reason, usage, pending approvals."""
+        return self._json("GET", run_path(run_id))
+
+    def cancel(self, run_id: str) -> dict[str, Any]:
+        """``POST /api/runs/{run_id}/cancel``: stop a live run (its stream ends with ``finish``)."""
+        return self._json("POST", run_path(run_id, "cancel"))
+
+    def approve_run(self, run_id: str, answers: ApprovalAnswers) -> dict[str, Any]:
+        """Answer a paused run's approvals; returns ``{"runId", "status", "stream"}`` of the
+        continuation run (follow it with :meth:`resume`)."""
+        return self._json("POST", run_path(run_id, "approvals"), approvals_body(answers))
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health`` (needs no credentials)."""
+        return self._json("GET", "/health")
+
+    def _json(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        url = self.url + path
+        try:
+            response = self._http.request(method, url, json=body, headers=self.headers)
+        except httpx.RequestError as exc:
+            raise NetworkError(describe_transport_error(exc, url)) from None
+        if not response.is_success:
+            raise response_error(response, response.content)
+        return decode_json(response)
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pool (unless it was passed in)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> ChatClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ChunkStream(Iterator[UIMessageChunk]):
+    """The chunks of one run, across as many responses as it takes to reach ``finish``.
+
+    Iterating yields every chunk received, in log order, as a typed model (the transport's
+    normalization is left to whoever assembles the message, see :class:`UIMessageAssembler`).
+    Nothing after ``finish`` is read. Close it (or use ``with``) when you stop early.
+    """
+
+    def __init__(
+        self, client: ChatClient, *, post: dict[str, Any] | None = None, run_id: str | None = None,
+        start_index: int = 0, drop_orphans: bool = True,
+    ) -> None:  # fmt: skip
+        """A stream that starts with the POST ``post``, or with ``GET`` of ``run_id`` at ``start_index``."""
+        self._client = client
+        self._post = post
+        self.cursor = StreamCursor(client.retry, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
+        """Position and reconnect state."""
+        self._pairs = self._run()
+
+    @property
+    def run_id(self) -> str | None:
+        """The run id (``x-workflow-run-id`` of the POST); None before the response."""
+        return self.cursor.run_id
+
+    @property
+    def index(self) -> int:
+        """Chunks received, as an absolute index into the run's log."""
+        return self.cursor.index
+
+    @property
+    def finished(self) -> bool:
+        """Whether ``finish`` arrived."""
+        return self.cursor.finished
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The ``finishReason`` of ``finish``."""
+        return self.cursor.finish_reason
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream was resumed."""
+        return self.cursor.reconnects
+
+    def __iter__(self) -> ChunkStream:
+        return self
+
+    def __next__(self) -> UIMessageChunk:
+        return next(self._pairs)[1]
+
+    def next_pair(self) -> Pair:
+        """The next chunk as ``(JSON object as received, typed chunk)``."""
+        return next(self._pairs)
+
+    def collect(self) -> list[UIMessageChunk]:
+        """Every remaining chunk, up to ``finish``."""
+        return list(self)
+
+    def close(self) -> None:
+        """Stop reading (closes the open response)."""
+        self._pairs.close()
+
+    def __enter__(self) -> ChunkStream:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def _run(self) -> Generator[Pair, None, None]:
+        client, cursor = self._client, self.cursor
+        initial = True
+        while True:
+            request = stream_request(client._http, client.url, client.headers, cursor, self._post if initial else None)
+            error: str | None = None
+            try:
+                response = client._http.send(request, stream=True)
+            except httpx.RequestError as exc:
+                if initial:
+                    raise NetworkError(describe_transport_error(exc, str(request.url))) from None
+                error = describe_transport_error(exc, str(request.url))
+            else:
+                try:
+                    if not response.is_success:
+                        failure = response_error(response, response.read())
+                        if initial or response.status_code not in client.retry.retry_statuses:
+                            raise failure
+                        error = str(failure)
+                    else:
+                        if initial and self._post is not None:
+                            cursor.run_id = run_id_of(response)
+                        cursor.opened(response.headers)
+                        for data in response.iter_bytes():
+                            for pair in cursor.feed(data):
+                                yield pair
+                                if cursor.finished:
+                                    return
+                        for pair in cursor.eof():
+                            yield pair
+                            if cursor.finished:
+                                return
+                except httpx.RequestError as exc:
+                    error = describe_transport_error(exc, str(request.url))
+                except ChunkError as exc:
+                    error = str(exc)
+                finally:
+                    response.close()
+            event = cursor.ended(error, initial=initial)
+            initial = False
+            if client.on_reconnect is not None:
+                client.on_reconnect(event)
+            if event.delay > 0:
+                client._sleep(event.delay)
+
+
+class Conversation:
+    """A chat held like ``useChat`` holds it: the UI message history, the assistant message
+    assembled as chunks arrive, and tool approvals that continue the same assistant message.
+
+    Every turn POSTs the whole history (with ``chat_id`` as ``id`` and ``body``'s fields)."""
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        chat_id: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        """A conversation over ``client``, starting from ``messages`` (UI messages)."""
+        self.client = client
+        self.chat_id = chat_id
+        self.body = dict(body or {})
+        self.state = ConversationState(messages)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The UI message history, with the assistant message as streamed so far."""
+        return self.state.messages
+
+    @property
+    def last_assistant_message(self) -> dict[str, Any] | None:
+        """The last message, if it is the assistant's."""
+        return self.state.last_assistant_message
+
+    @property
+    def run_id(self) -> str | None:
+        """The latest turn's run."""
+        return self.state.run_id
+
+    def pending_approvals(self) -> list[dict[str, Any]]:
+        """Tool calls waiting for an answer: ``{"approvalId", "toolCallId", "toolName", "input"}``."""
+        return self.state.pending_approvals()
+
+    def send(self, message: str | Mapping[str, Any]) -> TurnStream:
+        """Add a user message (a text, or a UI message) and stream the assistant's reply."""
+        new = user_message(message) if isinstance(message, str) else message
+        return self._turn(self.state.begin(new))
+
+    def continue_turn(self) -> TurnStream:
+        """Send the history as it is (e.g. after :meth:`add_approval_response`)."""
+        return self._turn(self.state.begin(None))
+
+    def add_approval_response(self, approval_id: str, approved: bool, reason: str | None = None) -> None:
+        """Answer an approval without sending anything yet (``addToolApprovalResponse``)."""
+        self.state.add_approval_response(approval_id, approved, reason)
+
+    def answer_approval(self, approval_id: str, approved: bool, reason: str | None = None) -> TurnStream:
+        """Answer an approval; once every approval of the last step is answered, send the history
+        and stream the continuation into the same assistant message. While others are still
+        unanswered nothing is sent and the returned stream is empty."""
+        self.add_approval_response(approval_id, approved, reason)
+        if not self.state.ready_to_continue():
+            return TurnStream(self.client, self.state, None)
+        return self.continue_turn()
+
+    def _turn(self, messages: list[dict[str, Any]]) -> TurnStream:
+        return TurnStream(self.client, self.state, self.client.send(messages, chat_id=self.chat_id, body=self.body))
+
+
+class TurnStream(Iterator[UIMessageChunk]):
+    """The chunks of one conversation turn; each is applied to the conversation as it is yielded."""
+
+    def __init__(self, client: ChatClient, state: ConversationState, stream: ChunkStream | None) -> None:
+        """A turn of ``state`` reading ``stream`` (None: nothing to send)."""
+        self._client = client
+        self._state = state
+        self._turn = state.turn
+        self.stream = stream
+        """The underlying chunk stream (None when nothing was sent)."""
+
+    @property
+    def run_id(self) -> str | None:
+        """The turn's run id, once known."""
+        return self.stream.run_id if self.stream is not None else None
+
+    def __iter__(self) -> TurnStream:
+        return self
+
+    def __next__(self) -> UIMessageChunk:
+        if self.stream is None:
+            raise StopIteration
+        try:
+            raw, chunk = self.stream.next_pair()
+        except StopIteration:
+            self._state.end()
+            raise
+        # Any other error leaves the turn open: resume() continues it into the same message.
+        self._state.run_id = self.stream.run_id
+        self._state.apply(raw)
+        return chunk
+
+    def resume(self) -> TurnStream:
+        """After an error or an interruption (Ctrl-C) cut the stream, go on reading the run from the
+        first chunk not yet received (``GET …?startIndex=N``), into the same assistant message."""
+        stream = self.stream
+        if stream is None or stream.run_id is None:
+            raise StreamError("nothing to resume: the turn's run is not known")
+        if self._state.turn != self._turn:
+            raise StreamError("nothing to resume: another turn has started since")
+        if not stream.finished:
+            self.stream = self._client.resume(stream.run_id, stream.index)
+        return self
+
+    def collect(self) -> list[UIMessageChunk]:
+        """Read the turn to its end; returns its chunks."""
+        return list(self)
+
+    def close(self) -> None:
+        """Stop reading; what arrived so far stays in the history."""
+        if self.stream is not None:
+            self.stream.close()
+        self._state.end()
+
+    def __enter__(self) -> TurnStream:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
