@@ -9,16 +9,16 @@ PORT ?= 8000
 # A second interpreter for the suite (the code supports 3.11 and 3.12); skipped if absent.
 PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(command -v python3.12); do "$$p" -c 'import sys' 2>/dev/null && echo "$$p" && break; done)
 
-.PHONY: dev chat test setup node-setup lint typecheck test-python test-python312 test-node clean
+.PHONY: dev chat web chromium test-browser test setup node-setup lint typecheck test-python test-python312 test-node clean
 
-dev: setup
+dev: setup web
 	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
 
 # A terminal chat with the server `make dev` runs (in a second terminal).
 chat: setup
 	$(PY) -m durable_harness chat --url http://$(HOST):$(PORT)
 
-test: setup node-setup lint typecheck test-python test-node deploy-checks test-python312
+test: setup node-setup lint typecheck test-python test-node test-browser deploy-checks test-python312
 
 setup: $(VENV)/.installed
 
@@ -35,6 +35,29 @@ node-setup: tests/node/node_modules/.installed
 tests/node/node_modules/.installed: tests/node/package.json tests/node/package-lock.json
 	cd tests/node && npm install --no-audit --no-fund --loglevel=error
 	touch $@
+
+# The chat page (web/): the real AI SDK client, bundled into the package's server/static folder.
+STATIC := layers/harness/durable_harness/server/static
+
+web: $(STATIC)/index.html
+
+web/node_modules/.installed: web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed
+
+$(STATIC)/index.html: web/node_modules/.installed web/index.html web/build.mjs $(wildcard web/src/*)
+	cd web && npm run build
+
+# Browser tests: playwright-core driving Debian's Chromium (installed when missing and root).
+tests/browser/node_modules/.installed: tests/browser/package.json tests/browser/package-lock.json
+	cd tests/browser && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed
+
+chromium:
+	@[ -x /usr/bin/chromium ] || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  { echo "The browser tests need Debian's chromium: sudo apt-get install chromium" >&2; exit 1; }
+
+test-browser: setup web chromium tests/browser/node_modules/.installed
+	cd tests/browser && PYTHON=$(CURDIR)/$(PY) npm test
 
 lint: setup
 	$(VENV)/bin/ruff check layers functions tests bench
@@ -53,7 +76,7 @@ test-python312:
 	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && .venv312/bin/pytest -q -p no:cacheprovider; fi
 
 clean:
-	rm -rf .venv .venv312 .data tests/node/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .venv312 .data tests/node/node_modules web/node_modules tests/browser/node_modules $(STATIC) tests/artifacts .pytest_cache .mypy_cache .ruff_cache
 
 # --- Offline checks of the AWS deployment (no AWS account, no Docker) ----------------------------
 # The SAM CLI tools live in their own venv: aws-sam-cli pins versions that may clash with ours.
@@ -76,7 +99,7 @@ $(SAM_VENV)/.installed: tests/deploy/requirements-sam.txt
 	$(SAM_VENV)/bin/python -m pip install --quiet -r tests/deploy/requirements-sam.txt
 	touch $@
 
-deploy-checks: sam-setup
+deploy-checks: sam-setup web
 	@if [ -z "$(PYTHON312)" ]; then echo "deploy-checks: sam build needs python3.12 on PATH" >&2; exit 1; fi
 	$(SAM_ENV) $(SAM_VENV)/bin/sam validate --lint --template template.yaml
 	@mkdir -p .aws-sam

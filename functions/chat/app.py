@@ -18,6 +18,7 @@ from durable_harness.server.app import ChatApp
 from durable_harness.server.auth import authenticator_from_env
 from durable_harness.server.local import build_local_kit
 from durable_harness.server.service import ServiceConfig
+from durable_harness.server.static import web_page_dir
 
 
 def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
@@ -39,7 +40,11 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
     runner = Runner(agent, runtime.store, runtime.log, flush_interval=0.1)
     config = ServiceConfig(stream_window_seconds=float(env.get("STREAM_WINDOW_SECONDS", "840")))
     service = ChatService(runner, runtime.orchestrator, config=config)
-    return ChatApp(service, authenticator=authenticator_from_env(env, default_mode="token"))
+    return ChatApp(
+        service,
+        authenticator=authenticator_from_env(env, default_mode="token"),
+        static_dir=web_page_dir(env),  # the chat page at `/`, when built into the layer and enabled
+    )
 
 
 app = build_app()

@@ -7,7 +7,8 @@ Routes:
   (N < 0 counts from the tail), following a live run until ``finish``;
 * ``GET /api/runs/{runId}``, ``POST /api/runs/{runId}/cancel``, ``POST /api/runs/{runId}/approvals``
   -- the run API (status, cancel, approvals of a run that has no chat client);
-* ``GET /health`` and ``GET /openapi.json``.
+* ``GET /health`` and ``GET /openapi.json``;
+* ``GET /`` and ``GET /assets/<file>`` -- the chat page, when built and enabled (see :mod:`.static`).
 
 Everything under ``/api`` needs the caller's credentials (see :mod:`.auth`); a run is served
 only to the principal that started it (404 for anyone else).
@@ -22,6 +23,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -31,6 +33,7 @@ from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
 from .auth import Authenticator, NoAuth
 from .openapi import openapi_document
 from .service import ChatService
+from .static import StaticSite
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +56,14 @@ class ChatApp:
         cors_origins: tuple[str, ...] = (),
         authenticator: Authenticator | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
+        static_dir: str | Path | None = None,
     ) -> None:
         self.service = service
         self.authenticator = authenticator or NoAuth()
         self.max_body_bytes = max_body_bytes
         self.cors_origins = cors_origins
         self.on_shutdown = on_shutdown
+        self.static_site = StaticSite(static_dir) if static_dir is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -93,6 +98,9 @@ class ChatApp:
         if segments == ["openapi.json"]:
             _allow(method, "GET")
             await _json(send, 200, openapi_document(), cors)
+            return
+        if self.static_site is not None and self.static_site.matches(segments):
+            await self.static_site.serve(method, segments, _headers(scope), send)
             return
         if segments[:1] != ["api"]:
             raise _not_found(method, scope)

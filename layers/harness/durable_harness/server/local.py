@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..agent.protocol import HarnessWorkflowAgent
 from ..runner.local import LocalOrchestrator
@@ -14,6 +15,7 @@ from .app import ChatApp
 from .auth import Authenticator
 from .notifier import CommitSignal
 from .service import ChatService, ServiceConfig
+from .static import web_page_dir
 
 
 @dataclass
@@ -37,11 +39,14 @@ def build_local_kit(
     config: ServiceConfig | None = None,
     cors_origins: tuple[str, ...] = ("*",),
     authenticator: Authenticator | None = None,
+    static_dir: str | Path | Literal["auto"] | None = "auto",
 ) -> LocalKit:
     """Assemble the local chat app over ``data_dir`` (created if missing).
 
     Local writes are cheap, so the group-commit interval is short (10 ms) to keep latency low.
     Without an ``authenticator`` every caller is ``anonymous`` (local development).
+    ``static_dir="auto"`` serves the built chat page (``make web``) unless ``SERVE_WEB_PAGE=0``;
+    None serves no page.
     """
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -51,5 +56,12 @@ def build_local_kit(
     runner = Runner(agent, store, log, flush_interval=flush_interval, on_commit=signal.notify)
     orchestrator = LocalOrchestrator(runner, slice_seconds=slice_seconds)
     service = ChatService(runner, orchestrator, signal=signal, config=config)
-    app = ChatApp(service, cors_origins=cors_origins, authenticator=authenticator, on_shutdown=orchestrator.aclose)
+    page = web_page_dir() if static_dir == "auto" else static_dir
+    app = ChatApp(
+        service,
+        cors_origins=cors_origins,
+        authenticator=authenticator,
+        on_shutdown=orchestrator.aclose,
+        static_dir=page,
+    )
     return LocalKit(app=app, service=service, runner=runner, orchestrator=orchestrator, store=store, log=log)
