@@ -92,7 +92,8 @@ def parse_sse_body(body: bytes) -> list[dict[str, Any]]:
 @contextmanager
 def serve(app: ChatApp) -> Iterator[str]:
     """Serve ``app`` with uvicorn on a loopback port in a background thread; yields the base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio then turns Nagle off on accepted connections (~40 ms per response otherwise)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # connections queue from now on, so no waiting for the server thread is needed

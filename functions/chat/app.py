@@ -38,7 +38,11 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
 
     runtime = build_runtime(env)
     runner = Runner(agent, runtime.store, runtime.log, flush_interval=0.1)
-    config = ServiceConfig(stream_window_seconds=float(env.get("STREAM_WINDOW_SECONDS", "840")))
+    # No in-process commit signal across functions: poll the log head (one GetItem) every 100 ms.
+    config = ServiceConfig(
+        stream_window_seconds=float(env.get("STREAM_WINDOW_SECONDS", "840")),
+        poll_seconds=float(env.get("STREAM_POLL_SECONDS", "0.1")),
+    )
     service = ChatService(runner, runtime.orchestrator, config=config)
     return ChatApp(
         service,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 
-_RUN_ID = re.compile(r"^wrun_[0-9a-z]{26}$")
+_RUN_ID = re.compile(r"wrun_[0-9a-z]{26}")
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 
 
@@ -25,7 +25,7 @@ def new_run_id() -> str:
 
 def is_run_id(value: str) -> bool:
     """True when ``value`` has the shape of a run id made by :func:`new_run_id`."""
-    return bool(_RUN_ID.match(value))
+    return bool(_RUN_ID.fullmatch(value))
 
 
 def new_id(prefix: str, nbits: int = 80) -> str:
@@ -37,7 +37,10 @@ def derived_run_id(*parts: str) -> str:
     """A run id derived from ``parts`` (an idempotency key): the same parts, the same run id."""
     import hashlib
 
-    value = int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest()[:17], "big") >> 6
+    # surrogatepass: a lone surrogate from a client's JSON must not crash the derivation
+    value = (
+        int.from_bytes(hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).digest()[:17], "big") >> 6
+    )
     out = []
     for _ in range(26):
         out.append(_ALPHABET[value & 31])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..approvals import ApprovalSecret, approval_id_for
@@ -156,22 +157,36 @@ class ToolRunner:
 # --- approvals of an earlier turn -----------------------------------------------------------------
 
 
-def answered_approvals(
-    messages: list[ModelMessage], secret: ApprovalSecret | None, tools: Mapping[str, Tool]
-) -> tuple[list[StepCall], list[UIMessageChunk]]:
-    """The approved calls to execute and the UI chunks for denied ones, from the last tool message.
+@dataclass(frozen=True)
+class AnsweredApproval:
+    """An approval response in the last tool message, matched with the request and call it answers."""
 
-    Like ``collectToolApprovals``: only a last ``tool`` message counts; each response is matched
-    with the request in the assistant messages, whose tool call supplies the name and input.
-    A missing or bad signature (when a secret is configured) executes nothing: the model gets an
-    error result and the client no chunk.
+    response: ToolApprovalResponsePart
+    request: ToolApprovalRequestPart
+    call: ToolCallPart
+    result: ToolResultPart | None
+    """The call's result already in the history (a denial's ``execution-denied``, or an earlier run's)."""
+
+    @property
+    def pending(self) -> bool:
+        """True when this answer still has to be acted on (executed, or shown as denied)."""
+        if self.result is None:
+            return True
+        return not self.response.approved and self.result.output.type == "execution-denied"
+
+
+def match_approvals(messages: list[ModelMessage]) -> list[AnsweredApproval]:
+    """Like ``collectToolApprovals``: the responses of a last ``tool`` message, each matched with
+    its request in the assistant messages (whose tool call supplies the name and input).
+
+    Raises :class:`ToolError` for a response that answers no request this server would have made.
     """
     last = messages[-1] if messages else None
     if not isinstance(last, ToolMessage):
-        return [], []
+        return []
     responses = [p for p in last.content if isinstance(p, ToolApprovalResponsePart)]
     if not responses:
-        return [], []
+        return []
     requests: dict[str, ToolApprovalRequestPart] = {}
     calls: dict[str, ToolCallPart] = {}
     for message in messages[:-1]:
@@ -181,22 +196,33 @@ def answered_approvals(
                     requests[part.approval_id] = part
                 elif isinstance(part, ToolCallPart):
                     calls[part.tool_call_id] = part
-    answered = {p.tool_call_id: p for p in last.content if isinstance(p, ToolResultPart)}
-    runnable: list[StepCall] = []
-    denied: list[UIMessageChunk] = []
+    results = {p.tool_call_id: p for p in last.content if isinstance(p, ToolResultPart)}
+    matched = []
     for response in responses:
         request = requests.get(response.approval_id)
         call = calls.get(request.tool_call_id) if request else None
         if request is None or call is None or request.approval_id != approval_id_for(call.tool_call_id):
             # Every request this server issues is `approval-<toolCallId>` for a call in the history.
             raise ToolError(f"approval response {response.approval_id!r} answers no approval request of this server")
-        result = answered.get(call.tool_call_id)
-        if not response.approved:
-            if result is not None and result.output.type == "execution-denied":
-                denied.append(ToolOutputDeniedChunk(tool_call_id=call.tool_call_id))
+        matched.append(AnsweredApproval(response, request, call, results.get(call.tool_call_id)))
+    return matched
+
+
+def answered_approvals(
+    messages: list[ModelMessage], secret: ApprovalSecret | None, tools: Mapping[str, Tool]
+) -> tuple[list[StepCall], list[UIMessageChunk]]:
+    """The approved calls to execute and the UI chunks for denied ones, from the last tool message.
+
+    A missing or bad signature (when a secret is configured) executes nothing: the model gets an
+    error result and the client no chunk.
+    """
+    runnable: list[StepCall] = []
+    denied: list[UIMessageChunk] = []
+    for answer in (a for a in match_approvals(messages) if a.pending):
+        call, request = answer.call, answer.request
+        if not answer.response.approved:
+            denied.append(ToolOutputDeniedChunk(tool_call_id=call.tool_call_id))
             continue
-        if result is not None:
-            continue  # already executed in an earlier continuation
         step_call = StepCall(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input)
         if secret is not None and not secret.verify(
             request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input

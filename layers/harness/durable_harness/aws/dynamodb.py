@@ -51,6 +51,7 @@ _NAMES = {f"#{n}": n for n in ("pk", "version", "epoch", "status", "principal", 
     "#state_key": "state_key",
     "#updated_at": "updated_at",
     "#expires_at": "expires_at",
+    "#write_id": "write_id",
 }
 _LIVE = "(attribute_not_exists(#expires_at) OR #expires_at > :now)"
 _PLACEHOLDER = re.compile(r"#\w+")
@@ -250,7 +251,14 @@ class DynamoCheckpointStore:
         stamps ``updated_at``, pushes ``expires_at`` out. A failed condition becomes NotFound or
         Fenced."""
         now = int(self._clock())
-        values = {**values, ":v": _n(expected), ":one": _n(1), ":u": {"S": _iso_now()}, ":now": _n(now)}
+        # A token of this write: if its reply is lost and botocore retries it, the retry fails the
+        # version condition against our own write, and the token tells that apart from a rival.
+        token = secrets.token_hex(8)
+        values = {
+            **values, ":v": _n(expected), ":one": _n(1), ":u": {"S": _iso_now()}, ":now": _n(now),
+            ":w": {"S": token},
+        }  # fmt: skip
+        update += ", #write_id = :w"
         if self._ttl is not None:
             update += ", #expires_at = :exp"  # every write keeps a live run alive
             values[":exp"] = _n(now + self._ttl)
@@ -277,6 +285,8 @@ class DynamoCheckpointStore:
             current = error_item(exc)
             if current is None or self._expired(current):
                 raise RunNotFoundError(run_id) from None
+            if current.get("write_id", {}).get("S") == token and _int(current["version"]) == expected + 1:
+                return {"Attributes": current}  # our write landed; only its first reply was lost
             found = _int(current["version"])
             raise FencedError(f"run {run_id!r}: {what} expected version {expected}, found {found}") from None
         except BotoCoreError as exc:

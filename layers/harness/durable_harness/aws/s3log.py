@@ -167,6 +167,8 @@ class S3ChunkLog:
                 break
             except ConditionFailed as failed:
                 old = failed.head
+                if old.fence == epoch and old.writer == epoch and old.count == end:
+                    break  # our commit landed and botocore retried it after a lost reply
                 self._raise_if_lost(run_id, old, start, epoch)
                 if old.fence != epoch:
                     raise StorageError(f"run {run_id!r}: the log's head changed under its fence holder") from None
@@ -340,7 +342,7 @@ class S3ChunkLog:
 
     def _check(self, run_id: str, epoch: int) -> None:
         # The id becomes part of an S3 key: refuse anything that could escape the run's prefix.
-        if not _RUN_ID.match(run_id):
+        if not _RUN_ID.fullmatch(run_id):
             raise ValueError(f"invalid run id for the S3 chunk log: {run_id!r}")
         if not 0 <= epoch < MAX_INDEX:
             raise ValueError(f"epoch must be in [0, {MAX_INDEX}), got {epoch}")

@@ -344,7 +344,10 @@ class _StreamState:
         try:
             event = json.loads(data)
         except ValueError:
-            raise ModelError(f"Anthropic stream sent invalid JSON: {data[:200]}", retryable=True) from None
+            # The raw line is not quoted: it could echo anything, the API key included.
+            raise ModelError(
+                f"Anthropic stream sent a line that is not JSON ({len(data)} characters).", retryable=True
+            ) from None
         kind = event.get("type") if isinstance(event, dict) else None
         if kind == "message_start":
             message = event.get("message") or {}

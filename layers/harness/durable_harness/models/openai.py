@@ -301,7 +301,10 @@ class _StreamState:
         try:
             chunk = json.loads(data)
         except ValueError:
-            raise ModelError(f"OpenAI stream sent invalid JSON: {data[:200]}", retryable=True) from None
+            # The raw line is not quoted: it could echo anything, the API key included.
+            raise ModelError(
+                f"OpenAI stream sent a line that is not JSON ({len(data)} characters).", retryable=True
+            ) from None
         if not isinstance(chunk, dict):
             return []
         error = chunk.get("error")

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from ..agent.protocol import Boundary, HarnessWorkflowAgent
 from ..errors import FatalError, FencedError, ModelError, OutputError
 from ..ids import new_id, new_run_id
+from ..ledger import ApprovalLedger, approval_key
 from ..messages import ModelMessage
 from ..ports import Checkpoint, CheckpointStore, ChunkLog
 from ..protocol import harness_parts as hp
@@ -56,6 +57,7 @@ class Runner:
         self.flush_interval = flush_interval
         self.on_commit = on_commit
         self.signer = signer if signer is not None else getattr(agent, "sign_approval", None)
+        self.ledger = ApprovalLedger(store)
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -262,6 +264,8 @@ class Runner:
         final: list[UIMessageChunk],
     ) -> RunState:
         await writer.flush()
+        if state.status == "awaiting_tool_approval":
+            await asyncio.to_thread(self._issue_approvals, state)
         encoded = [encode_ui_chunk(c) for c in final]
         state.input_messages = []
         state.stream = StreamContext(
@@ -272,6 +276,22 @@ class Runner:
             writer.write(chunk)
         await writer.close()
         return state
+
+    def _issue_approvals(self, state: RunState) -> None:
+        """Record the paused turn's approval requests in the ledger (before the client sees them)."""
+        pending_of = getattr(self.agent, "pending_approvals", None)
+        if pending_of is None or state.turn is None:
+            return
+        for request in pending_of(state.turn):
+            key = approval_key(
+                state.principal,
+                state.message_id,
+                request["approvalId"],
+                request["toolCallId"],
+                request["toolName"],
+                request["input"],
+            )
+            self.ledger.issue(key, state.run_id)
 
     async def _complete_tail(self, cp: Checkpoint, state: RunState) -> None:
         """Append terminal chunks that a crash kept out of the log (after the terminal checkpoint)."""

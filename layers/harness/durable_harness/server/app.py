@@ -153,6 +153,12 @@ class ChatApp:
         # A terminal run's checkpoint knows its final length even while the last chunks are still
         # being appended, so only an index past that is an error; anything else is followed.
         total = state.stream.chunk_count
+        if resolved > count and not state.terminal:
+            # A client can never have more chunks than the log: a bogus index, not a reconnect.
+            raise InvalidRequestError(
+                f"startIndex {start} is past the end of this run's stream ({count} chunks so far).",
+                code="invalid_start_index",
+            )
         if state.terminal and resolved >= total > 0:
             raise InvalidRequestError(
                 f"startIndex {start} is past the end of this run's stream ({total} chunks, ended with 'finish').",
@@ -248,11 +254,41 @@ def _run_id(value: str) -> str:
     return value
 
 
+MAX_JSON_DEPTH = 100
+"""Deeper request bodies are refused: no UI message needs them, and they exhaust recursion later."""
+
+
 def _parse_json(body: bytes) -> Any:
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        value = json.loads(body)
+    except ValueError as exc:  # also UnicodeDecodeError, and integers over Python's digit limit
         raise InvalidRequestError(f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError:
+        value = None
+    problem = "too deep" if value is None and body.strip() != b"null" else _shape_problem(value)
+    if problem == "too deep":
+        raise InvalidRequestError(
+            f"The request body is nested more than {MAX_JSON_DEPTH} levels deep.", code="invalid_json"
+        )
+    if problem:
+        raise InvalidRequestError(f"The request body {problem}.", code="invalid_json")
+    return value
+
+
+def _shape_problem(value: Any) -> str | None:
+    """Why a parsed body cannot be stored (too deep, or a lone surrogate no UTF-8 can hold), or None."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= ch <= "\udfff" for ch in item):
+                return "contains a lone UTF-16 surrogate, which is not valid Unicode text"
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                return "too deep"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 def _not_found(method: str, scope: Scope) -> InvalidRequestError:

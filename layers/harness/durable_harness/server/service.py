@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent.continuation import ApprovalAnswer
-from ..agent.execution import answered_approvals
+from ..agent.execution import match_approvals
 from ..errors import FencedError, InvalidRequestError, ProtocolError, RunExistsError, RunNotFoundError, ToolError
 from ..ids import derived_run_id, new_id, new_run_id
+from ..ledger import approval_key
 from ..messages import ModelMessage
 from ..ports import Orchestrator
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
@@ -71,6 +72,18 @@ class ChatService:
         message_id = last.id if last.role == "assistant" and last.id else new_id("msg")
         # A retried POST (same principal, chat and last message) gets the run it already started.
         run_id = derived_run_id(principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
+        secret = getattr(self.runner.agent, "approval_secret", None)
+        for answer in (a for a in match_approvals(model_messages) if a.pending):
+            request, call = answer.request, answer.call
+            if secret is not None and not secret.verify(
+                request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
+            ):
+                continue  # never executed: the agent tells the model the approval was not valid
+            key = approval_key(
+                principal, message_id, answer.request.approval_id, answer.call.tool_call_id,
+                answer.call.tool_name, answer.call.input,
+            )  # fmt: skip
+            await asyncio.to_thread(self.runner.ledger.answer, key, run_id)
         try:
             state = await asyncio.to_thread(
                 self.runner.create_run,
@@ -136,6 +149,8 @@ class ChatService:
                 raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
                                           status=409) from None  # fmt: skip
         if state.terminal:
+            # A cancel that died between its terminal checkpoint and `finish` is completed here.
+            await self.runner.finalize(run_id, status="cancelled")
             raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
         self.orchestrator.cancel(run_id)
         return await self.runner.finalize(run_id, status="cancelled")
@@ -154,6 +169,12 @@ class ChatService:
             raise InvalidRequestError(f"Run {run_id} was already answered by run {state.continued_by}.",
                                       code="already_answered", status=409)  # fmt: skip
         new_id = new_run_id()
+        for pending in self.runner.agent.pending_approvals(state.turn):  # type: ignore[attr-defined]
+            key = approval_key(
+                state.principal, state.message_id, pending["approvalId"], pending["toolCallId"],
+                pending["toolName"], pending["input"],
+            )  # fmt: skip
+            await asyncio.to_thread(self.runner.ledger.answer, key, new_id)
         try:  # record the answer first (a conditional write), so two answers cannot both start a run
             await asyncio.to_thread(self.runner.mark_continued, run_id, new_id)
         except FencedError:
@@ -247,7 +268,7 @@ class ChatService:
         except (ProtocolError, ValueError) as exc:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
         try:
-            answered_approvals(converted, None, {})  # every answer must match a request in the history
+            match_approvals(converted)  # every answer must match a request in the history
         except ToolError as exc:
             raise InvalidRequestError(f"Invalid approval: {exc}.", code="unknown_approval") from exc
         return converted

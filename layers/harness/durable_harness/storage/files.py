@@ -176,7 +176,7 @@ class FileChunkLog:
 
     def _run_dir(self, run_id: str) -> Path:
         # The id becomes a directory name: refuse anything that could escape the root.
-        if not _RUN_ID.match(run_id):
+        if not _RUN_ID.fullmatch(run_id):
             raise ValueError(f"invalid run id for the file chunk log: {run_id!r}")
         return self._root / run_id
 

@@ -1,0 +1,439 @@
+"""Shared helpers of the benchmark scripts (not a benchmark itself).
+
+* :func:`serve`: the ASGI app under uvicorn on a loopback port, in a background thread;
+* :class:`MotoAws`: the deployed adapters' DynamoDB table and S3 bucket under moto, with
+  :class:`RequestMeter` counting requests, bytes and DynamoDB capacity units by operation;
+* :data:`PRICES`: the AWS list prices the cost figures use;
+* small formatting and statistics helpers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's default account
+TABLE = "bench-runs"
+BUCKET = "bench-chunks"
+
+# --- prices -----------------------------------------------------------------------------------------
+
+PRICE_DATE = "2026-11-29"
+PRICES = {
+    "s3_put_per_1k": 0.005,  # S3 Standard PUT/COPY/POST/LIST, us-east-1
+    "s3_get_per_1k": 0.0004,  # S3 Standard GET (and all other requests)
+    "ddb_wru_per_m": 1.25,  # DynamoDB on-demand, per million write request units (1 KB each)
+    "ddb_rru_per_m": 0.25,  # per million read request units (4 KB strongly consistent, half eventually)
+    "sfn_transition_per_1k": 0.025,  # Step Functions Standard state transitions
+    "lambda_gb_s_arm64": 0.0000133334,  # Lambda arm64 duration, per GB-second
+    "lambda_request_per_m": 0.20,  # Lambda requests, per million
+}
+S3_PUT_CLASS = {"PutObject", "CopyObject", "PostObject", "ListObjectsV2", "ListObjects", "CompleteMultipartUpload"}
+
+
+def price_banner() -> str:
+    """The prices used, with their date, as printed by the cost scripts."""
+    p = PRICES
+    return (
+        f"AWS list prices (us-east-1) as of {PRICE_DATE} -- list prices to check against the live pricing pages:\n"
+        f"  S3 PUT/COPY/POST/LIST ${p['s3_put_per_1k']}/1k, S3 GET ${p['s3_get_per_1k']}/1k; "
+        f"DynamoDB on-demand write ${p['ddb_wru_per_m']}/million WRU (1 KB), "
+        f"read ${p['ddb_rru_per_m']}/million RRU (4 KB strongly consistent, half that eventually consistent);\n"
+        f"  Step Functions Standard ${p['sfn_transition_per_1k']}/1k transitions; "
+        f"Lambda arm64 ${p['lambda_gb_s_arm64']}/GB-s + ${p['lambda_request_per_m']}/million requests"
+    )
+
+
+# --- statistics and output ------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of ``values`` (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values``."""
+    return statistics.median(values)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (pastes straight into bench/README.md)."""
+    cells = [[str(h) for h in headers], *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 1:
+            return f"{value:.2f}"
+        return f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def verdict(met: bool, detail: str = "") -> str:
+    """``MET`` / ``MISSED`` with an optional explanation."""
+    return ("MET" if met else "MISSED") + (f" ({detail})" if detail else "")
+
+
+def machine() -> str:
+    """One line describing where the figures were measured."""
+    load = os.getloadavg()[0]
+    return (
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, {platform.machine()}, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, load average {load:.1f}"
+    )
+
+
+# --- HTTP -----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a loopback port in a background thread; yields the base URL.
+
+    Unlike ``tests.support.serve``, the listening socket is created with ``IPPROTO_TCP``: asyncio
+    only sets ``TCP_NODELAY`` on accepted sockets whose ``proto`` is ``IPPROTO_TCP``, and a socket
+    made with ``socket.socket(AF_INET, SOCK_STREAM)`` has ``proto == 0``. Without ``TCP_NODELAY``
+    Nagle's algorithm holds each small SSE write until the client's delayed ACK (about 40 ms on
+    Linux), which is not what ``uvicorn --host --port`` (local dev, the chat function) does.
+    """
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning"))
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.serve(sockets=[sock]))
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+# --- AWS under moto -------------------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    """One HTTP request an AWS client sent (one attempt)."""
+
+    service: str
+    op: str
+    sent: int  # request bytes (body)
+    received: int = 0  # response bytes (body)
+    wru: float = 0.0  # DynamoDB write request units
+    rru: float = 0.0  # DynamoDB read request units
+    at: float = 0.0  # time.monotonic() when sent
+    item: str = ""  # DynamoDB: which item ("run" record or "log" head, the sort key)
+    ms: float = 0.0  # from before-send to after-call (moto's time plus the client's parsing)
+
+
+class RequestMeter:
+    """Counts the requests of boto3 clients under moto, by operation, with bytes and capacity units.
+
+    Hooks botocore's ``before-send`` (every HTTP attempt, before moto answers it) and
+    ``after-call`` events. DynamoDB capacity is computed the way DynamoDB bills it, from the item
+    sizes moto holds (moto's ``Item.size()``, which follows DynamoDB's sizing rules closely):
+    a write costs ``ceil(max(size before, size after) / 1 KB)`` WRU, a read
+    ``ceil(size / 4 KB)`` RRU, half for an eventually consistent read; never less than one unit
+    (half for an eventually consistent read).
+    """
+
+    def __init__(self, *clients: Any) -> None:
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        for client in clients:
+            self.attach(client)
+
+    def attach(self, client: Any) -> None:
+        """Count this client's requests too."""
+        client.meta.events.register_first("before-send", self._before_send)
+        client.meta.events.register("after-call", self._after_call)
+
+    def reset(self) -> None:
+        """Forget everything counted so far."""
+        with self._lock:
+            self.requests.clear()
+
+    # --- views ---
+
+    def counts(self) -> Counter[str]:
+        """Requests by operation."""
+        return Counter(r.op for r in self.requests)
+
+    def total(self) -> int:
+        """All requests."""
+        return len(self.requests)
+
+    def by_op(self, *, items: bool = False) -> dict[str, dict[str, float]]:
+        """``{op: {"n", "sent", "received", "wru", "rru"}}``; with ``items``, DynamoDB operations are
+        split by item (``UpdateItem run`` for the run record, ``UpdateItem log`` for the log head)."""
+        out: dict[str, dict[str, float]] = defaultdict(lambda: {"n": 0, "sent": 0, "received": 0, "wru": 0, "rru": 0})
+        for r in list(self.requests):
+            row = out[f"{r.op} {r.item}".strip() if items else r.op]
+            row["n"] += 1
+            row["sent"] += r.sent
+            row["received"] += r.received
+            row["wru"] += r.wru
+            row["rru"] += r.rru
+        return dict(out)
+
+    def reads(self) -> int:
+        """Requests that read storage (GetItem, Query, GetObject, ListObjectsV2, HeadObject)."""
+        return sum(1 for r in self.requests if r.op in {"GetItem", "Query", "GetObject", "ListObjectsV2", "HeadObject"})
+
+    def dollars(self) -> dict[str, float]:
+        """The request cost by category (S3 PUT class, S3 GET class, DynamoDB writes, reads)."""
+        rows = self.by_op()
+        s3_put = sum(v["n"] for op, v in rows.items() if op in S3_PUT_CLASS)
+        s3_get = sum(v["n"] for op, v in rows.items() if op in {"GetObject", "HeadObject"})
+        wru = sum(v["wru"] for v in rows.values())
+        rru = sum(v["rru"] for v in rows.values())
+        return {
+            "s3_put": s3_put * PRICES["s3_put_per_1k"] / 1000,
+            "s3_get": s3_get * PRICES["s3_get_per_1k"] / 1000,
+            "ddb_write": wru * PRICES["ddb_wru_per_m"] / 1e6,
+            "ddb_read": rru * PRICES["ddb_rru_per_m"] / 1e6,
+        }
+
+    # --- hooks ---
+
+    def _before_send(self, request: Any, event_name: str, **_: Any) -> None:
+        _, service, op = event_name.split(".", 2)
+        body = request.body
+        length = request.headers.get("X-Amz-Decoded-Content-Length") or request.headers.get("Content-Length")
+        if length is not None:
+            sent = int(length)
+        elif isinstance(body, bytes | bytearray):
+            sent = len(body)
+        elif isinstance(body, str):
+            sent = len(body.encode())
+        else:
+            sent = 0
+        entry = Request(service=service, op=op, sent=sent, at=time.monotonic())
+        if service == "dynamodb" and op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
+            payload = json.loads(body) if body else {}
+            key = payload.get("Key") or payload.get("Item") or {}
+            entry.item = str(key.get("sk", {}).get("S", ""))
+            request.context["bench"] = (entry, payload, _item_size(payload))
+        with self._lock:
+            self.requests.append(entry)
+        request.context.setdefault("bench", (entry, None, 0))
+
+    def _after_call(self, http_response: Any, model: Any, context: dict[str, Any], **_: Any) -> None:
+        entry, payload, before = context.get("bench", (None, None, 0))
+        if entry is None:
+            return
+        entry.ms = (time.monotonic() - entry.at) * 1000
+        length = http_response.headers.get("content-length")
+        if length is not None:
+            entry.received = int(length)
+        elif not model.has_streaming_output:
+            entry.received = len(http_response.content or b"")
+        if payload is None:
+            return
+        after = _item_size(payload)
+        if entry.op == "GetItem":
+            units = max(1, math.ceil(after / 4096))
+            entry.rru = float(units) if payload.get("ConsistentRead") else units / 2
+        else:
+            entry.wru = float(max(1, math.ceil(max(before, after) / 1024)))
+
+
+def _item_size(payload: dict[str, Any]) -> int:
+    """The size of the item a DynamoDB request names, as moto holds it now (0 if absent)."""
+    from moto.dynamodb.models import dynamodb_backends
+
+    key = payload.get("Key")
+    if key is None and "Item" in payload:
+        key = {k: payload["Item"][k] for k in ("pk", "sk") if k in payload["Item"]}
+    if not key:
+        return 0
+    try:
+        item = dynamodb_backends[ACCOUNT][REGION].get_item(payload["TableName"], key)
+    except Exception:
+        return 0
+    return int(item.size()) if item is not None else 0
+
+
+class MotoAws:
+    """moto with the deployed layout: the runs table (pk/sk, TTL) and the chunk bucket.
+
+    ``clients()`` makes a fresh (DynamoDB, S3) client pair, as another Lambda would have; every
+    pair is attached to :attr:`meter` unless ``meter=None`` is given.
+    """
+
+    def __init__(self) -> None:
+        self.meter = RequestMeter()
+        self._mock: Any = None
+
+    def __enter__(self) -> MotoAws:
+        from moto import mock_aws
+
+        for name, value in (
+            ("AWS_DEFAULT_REGION", REGION),
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_SESSION_TOKEN", "testing"),
+        ):
+            os.environ[name] = value
+        self._mock = mock_aws()
+        self._mock.start()
+        ddb, s3 = self.clients(meter=None)
+        ddb.create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        ddb.update_time_to_live(
+            TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"}
+        )
+        s3.create_bucket(Bucket=BUCKET)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mock.stop()
+
+    def clients(self, meter: RequestMeter | str | None = "default") -> tuple[Any, Any]:
+        """A new (DynamoDB, S3) client pair with the runtime's botocore configuration."""
+        import boto3
+        from durable_harness.aws.runtime import CLIENT_CONFIG
+
+        ddb = boto3.client("dynamodb", region_name=REGION, config=CLIENT_CONFIG)
+        s3 = boto3.client("s3", region_name=REGION, config=CLIENT_CONFIG)
+        target = self.meter if meter == "default" else meter
+        if isinstance(target, RequestMeter):
+            target.attach(ddb)
+            target.attach(s3)
+        return ddb, s3
+
+    def log(self, ddb: Any, s3: Any, **options: Any) -> Any:
+        """The S3 chunk log on these clients."""
+        from durable_harness.aws import S3ChunkLog
+
+        return S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=ddb, table_name=TABLE, **options)
+
+    def store(self, ddb: Any, s3: Any, **options: Any) -> Any:
+        """The DynamoDB checkpoint store on these clients."""
+        from durable_harness.aws import DynamoCheckpointStore
+
+        return DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET, **options)
+
+    def put_segment_direct(self, key: str, data: bytes) -> None:
+        """Store an object straight into moto's S3 backend (no HTTP): builds big logs fast."""
+        from moto.s3.models import s3_backends
+
+        s3_backends[ACCOUNT]["aws"].put_object(BUCKET, key, data)
+
+
+def text_delta(i: int) -> str:
+    """A realistic text-delta chunk (what a model's token becomes), ~50 bytes."""
+    return f'{{"type":"text-delta","id":"t0","delta":" word{i}"}}'
+
+
+# --- a scripted agent -----------------------------------------------------------------------------
+
+
+def scripted_tool_agent(
+    *,
+    steps: int,
+    deltas: Sequence[int] | int,
+    rate: float | None = None,
+    ttft: float = 0.0,
+    result_bytes: int = 200,
+    final_text: bool = True,
+) -> Any:
+    """A ToolLoopAgent over a scripted model: each step streams text deltas and calls ``lookup``.
+
+    With ``final_text`` the last step only answers (finish reason ``stop``); otherwise every step
+    is a tool call plus its result and ``stop_when`` ends the turn after ``steps`` steps.
+    ``rate`` paces the deltas (per second; None: as fast as the loop goes); ``ttft`` is the
+    model's time to first token at each step. ``lookup`` returns about ``result_bytes`` of JSON.
+    """
+    from durable_harness import Tool, ToolLoopAgent, step_count_is
+    from durable_harness.models.base import finish
+    from durable_harness.models.scripted import FunctionModel
+    from durable_harness.protocol import harness_parts as hp
+
+    per_step = [deltas] * steps if isinstance(deltas, int) else list(deltas)
+
+    async def step(request: Any, index: int) -> Any:
+        if ttft:
+            await asyncio.sleep(ttft)
+        yield hp.TextStartPart(id=f"t{index}")
+        for i in range(per_step[min(index, steps - 1)]):
+            yield hp.TextDeltaPart(id=f"t{index}", delta=f" w{i}")
+            await asyncio.sleep(1 / rate if rate else 0)
+        yield hp.TextEndPart(id=f"t{index}")
+        if final_text and index >= steps - 1:
+            yield finish("stop", input_tokens=1000 + 100 * index, output_tokens=per_step[-1])
+            return
+        call_id = f"call_{index:03d}"
+        raw = json.dumps({"query": f"question {index}", "limit": 5}, separators=(",", ":"))
+        yield hp.ToolInputStartPart(id=call_id, tool_name="lookup")
+        yield hp.ToolInputDeltaPart(id=call_id, delta=raw)
+        yield hp.ToolInputEndPart(id=call_id)
+        yield hp.ToolCallPart(tool_call_id=call_id, tool_name="lookup", input=raw)
+        yield finish("tool-calls", input_tokens=1000 + 100 * index, output_tokens=per_step[index])
+
+    async def lookup(args: dict[str, Any]) -> dict[str, Any]:
+        filler = "x" * max(0, result_bytes - 60)
+        return {"query": args["query"], "answer": filler, "source": "bench"}
+
+    tool = Tool(
+        name="lookup",
+        description="Look something up.",
+        input_schema={"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}},
+        execute=lookup,
+    )
+    return ToolLoopAgent(model=FunctionModel(step), tools=[tool], stop_when=[step_count_is(steps)])
+
+
+def user_turn(text: str = "Go.") -> list[Any]:
+    """The model messages of a one-message user turn."""
+    from durable_harness.messages import TextPart, UserMessage
+
+    return [UserMessage(content=[TextPart(text=text)])]

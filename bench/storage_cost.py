@@ -1,0 +1,291 @@
+"""Storage efficiency: AWS requests, bytes and dollars per 1,000 chunks and per 10-step run.
+
+Everything runs against moto with the real adapters (``S3ChunkLog``, ``DynamoCheckpointStore``)
+and real boto3 clients; a hook on botocore's ``before-send`` / ``after-call`` events counts every
+HTTP request by operation with its bytes, and DynamoDB capacity units from the item sizes (see
+``_common.RequestMeter``). Time is real: the model is paced, the group commit flushes every
+100 ms as deployed.
+
+1. The chunk log alone: ``--chunks-alone`` chunks (default 1,000) streamed at ``--rate`` chunks/s
+   through ``ChunkWriter`` into ``S3ChunkLog`` (what one streaming model step costs).
+2. A whole run: a scripted 10-step turn (9 steps of text + a tool call, then the answer) of 2,000
+   chunks, as deployed: the chat function creates the run and follows its log (its own clients,
+   its own cold ``S3ChunkLog``, the deployed 250 ms poll), the slice function (``_run_slice`` of
+   ``functions/slice/app.py``) runs it in one slice on its own clients.
+
+Then the requests become dollars with list prices (printed with their date), plus Step Functions
+transitions and Lambda compute under stated assumptions.
+
+    .venv/bin/python bench/storage_cost.py [--rate 100] [--ttft 0.2] [--chunks 2000] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import time
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
+
+from _common import (
+    PRICES,
+    REPO,
+    MotoAws,
+    Request,
+    RequestMeter,
+    machine,
+    price_banner,
+    scripted_tool_agent,
+    table,
+    text_delta,
+    user_turn,
+    verdict,
+)
+from durable_harness.runner.runner import Runner
+from durable_harness.runner.state import RunState
+from durable_harness.server.service import ChatService, ServiceConfig
+from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
+from durable_harness.storage.writer import ChunkWriter
+
+TARGET_RUN_DOLLARS = 0.002
+LAMBDA_MB = 1024  # MemorySize of the slice and chat functions in template.yaml
+SFN_FIXED = 3  # Init, Defaults and the terminal state (Finished) of the run's execution
+SFN_PER_SLICE = 2  # RunSlice + Route
+EVENTBRIDGE_PER_M = 1.00  # custom events (PutEvents), per million: not in the brief's price list
+
+
+class StartRecorder:
+    """The orchestrator port: records StartExecution calls (the slice is run by this script)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def start(self, run_id: str) -> None:
+        self.started.append(run_id)
+
+    def cancel(self, run_id: str) -> None:
+        pass
+
+
+def flush_rates(requests: Sequence[Request]) -> tuple[int, float, float, int]:
+    """(flushes, mean flushes/s over the streaming span, max flushes in any 1-second window,
+    flushes sent less than 90 ms after the previous one). Flushes are the PutObject requests."""
+    times = sorted(r.at for r in requests if r.op == "PutObject")
+    if not times:
+        return 0, 0.0, 0.0, 0
+    span = max(times[-1] - times[0], 1e-9)
+    window, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - 1.0:  # the window (t - 1 s, t]
+            j += 1
+        window = max(window, i - j + 1)
+    early = sum(1 for a, b in pairwise(times) if b - a < 0.09)
+    return len(times), (len(times) - 1) / span if len(times) > 1 else 0.0, float(window), early
+
+
+def op_rows(meter: RequestMeter, scale: float = 1.0) -> list[list[Any]]:
+    """Rows per operation: count, bytes sent, bytes received, WRU, RRU (times ``scale``)."""
+    rows = []
+    for op, v in sorted(meter.by_op(items=True).items()):
+        rows.append([op, v["n"] * scale, v["sent"] * scale, v["received"] * scale, v["wru"] * scale,
+                     v["rru"] * scale])  # fmt: skip
+    return rows
+
+
+def dollars_of(meters: Sequence[RequestMeter]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for meter in meters:
+        for k, v in meter.dollars().items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
+async def log_alone(aws: MotoAws, chunks: int, rate: float) -> RequestMeter:
+    """Stream ``chunks`` at ``rate``/s through ChunkWriter into S3ChunkLog; the writer's requests."""
+    meter = RequestMeter()
+    log = aws.log(*aws.clients(meter=meter))
+    run_id = "wrun_alone0000000000000000000"
+    start = await asyncio.to_thread(log.open, run_id, 1)
+    writer = ChunkWriter(log, run_id, epoch=1, start=start, flush_interval=0.1)
+    for i in range(chunks):
+        writer.write(text_delta(i))
+        await asyncio.sleep(1 / rate)
+    await writer.close()
+    return meter
+
+
+def calibrate(steps: int, total: int) -> list[int]:
+    """Deltas per step so that the scripted run's log holds exactly ``total`` chunks."""
+
+    async def count(deltas: int) -> int:
+        log = MemoryChunkLog()
+        runner = Runner(scripted_tool_agent(steps=steps, deltas=deltas), MemoryCheckpointStore(), log)
+        state = runner.create_run(user_turn())
+        await runner.run(state.run_id)
+        return log.count(state.run_id)
+
+    overhead = asyncio.run(count(1)) - steps
+    per, extra = divmod(total - overhead, steps)
+    deltas = [per] * steps
+    deltas[-1] += extra
+    return deltas
+
+
+def load_slice_entry() -> Any:
+    """``_run_slice`` of functions/slice/app.py (what the slice handler runs)."""
+    spec = importlib.util.spec_from_file_location("slice_app", REPO / "functions" / "slice" / "app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._run_slice
+
+
+async def whole_run(
+    aws: MotoAws, deltas: list[int], rate: float, ttft: float
+) -> tuple[RequestMeter, RequestMeter, float, float, int, RunState]:
+    """The scripted run as deployed; (chat meter, slice meter, slice s, stream s, chunks, state)."""
+    steps = len(deltas)
+    chat_meter, slice_meter = RequestMeter(), RequestMeter()
+    chat_ddb, chat_s3 = aws.clients(meter=chat_meter)
+    slice_ddb, slice_s3 = aws.clients(meter=slice_meter)
+    agent = scripted_tool_agent(steps=steps, deltas=deltas, rate=rate, ttft=ttft)
+    chat_runner = Runner(agent, aws.store(chat_ddb, chat_s3), aws.log(chat_ddb, chat_s3), flush_interval=0.1)
+    slice_runner = Runner(agent, aws.store(slice_ddb, slice_s3), aws.log(slice_ddb, slice_s3), flush_interval=0.1)
+    orchestrator = StartRecorder()
+    service = ChatService(chat_runner, orchestrator, config=ServiceConfig())  # deployed: no signal, 250 ms poll
+    body = {"id": "chat-bench", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Go."}]}]}
+    run_slice = load_slice_entry()
+
+    t0 = time.monotonic()
+    state = await service.start_turn(body, principal="bench")  # POST /api/chat: create the run, start it
+    received: list[str] = []
+
+    async def follow() -> None:  # ... and stream it from index 0 (the POST's response)
+        async for batch in service.follow(state.run_id, 0):
+            received.extend(batch or [])
+
+    follower = asyncio.create_task(follow())
+    s0 = time.monotonic()
+    _, final = await run_slice(slice_runner, state.run_id, 600.0)
+    slice_seconds = time.monotonic() - s0
+    await follower
+    stream_seconds = time.monotonic() - t0
+    assert orchestrator.started == [state.run_id]
+    assert json.loads(received[-1])["type"] == "finish", received[-1]
+    return chat_meter, slice_meter, slice_seconds, stream_seconds, len(received), final
+
+
+def main() -> None:
+    """Run both measurements and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=100.0, help="model tokens (text deltas) per second")
+    parser.add_argument("--ttft", type=float, default=0.2, help="model time to first token per step, seconds")
+    parser.add_argument("--chunks", type=int, default=2000, help="chunks of the whole run")
+    parser.add_argument("--steps", type=int, default=10, help="steps of the whole run")
+    parser.add_argument("--chunks-alone", type=int, default=1000, help="chunks of the log-alone measurement")
+    args = parser.parse_args()
+    deltas = calibrate(args.steps, args.chunks)
+
+    with MotoAws() as aws:
+        alone = asyncio.run(log_alone(aws, args.chunks_alone, args.rate))
+        chat, slice_, slice_s, stream_s, chunks, final = asyncio.run(whole_run(aws, deltas, args.rate, args.ttft))
+
+    print(f"storage_cost: {machine()}; moto, real adapters, real boto3 clients")
+    print(price_banner())
+
+    # --- 1. the log alone ---
+    n_alone = args.chunks_alone
+    flushes, mean_rate, max_rate, early = flush_rates(alone.requests)
+    alone_max, alone_early = max_rate, early
+    writes = sum(v["n"] for op, v in alone.by_op().items() if op in ("PutObject", "UpdateItem"))
+    print(f"\n1. chunk log alone: {n_alone:,} chunks at {args.rate:g}/s through ChunkWriter (100 ms) into S3ChunkLog")
+    print(table(["operation", "requests", "bytes sent", "bytes received", "WRU", "RRU"], op_rows(alone)))
+    d = alone.dollars()
+    per_1k = sum(d.values()) * 1000 / n_alone
+    print(
+        f"flushes {flushes}, {flushes / n_alone * 1000:.0f} per 1,000 chunks; flush rate mean {mean_rate:.1f}/s, "
+        f"max {max_rate:.0f} in any 1 s, {early} less than 90 ms after the previous one; storage writes per flush "
+        f"{(writes - 1) / flushes:.2f} "
+        f"(PutObject + head UpdateItem; 1 more UpdateItem for open)"
+    )
+    put_1k, wru_1k = d["s3_put"] * 1000 / n_alone, d["ddb_write"] * 1000 / n_alone
+    print(f"cost per 1,000 chunks at {args.rate:g}/s: ${per_1k:.6f} (S3 PUT ${put_1k:.6f}, DynamoDB ${wru_1k:.6f})")
+    print(
+        "  at other paces (projection: flushes = 10/s while streaming, 1,000 chunks take 1000/rate s): "
+        + ", ".join(
+            f"{r:g}/s -> {min(1000, 10 * 1000 / r):.0f} flushes, "
+            f"${min(1000, 10 * 1000 / r) * (PRICES['s3_put_per_1k'] / 1000 + PRICES['ddb_wru_per_m'] / 1e6):.5f}"
+            for r in (25, 50, 200, 1000)
+        )
+    )
+
+    # --- 2. the whole run ---
+    print(
+        f"\n2. whole run: {args.steps} steps ({args.steps - 1} text + tool call, then the answer), {chunks:,} chunks, "
+        f"model {args.rate:g} tokens/s, {args.ttft:g} s to first token per step; slice {slice_s:.1f} s, "
+        f"stream (POST response) {stream_s:.1f} s; final status {final.status}"
+    )
+    for name, meter in (("slice function", slice_), ("chat function (POST + following the log)", chat)):
+        print(f"\n{name}: {meter.total()} requests")
+        print(table(["operation", "requests", "bytes sent", "bytes received", "WRU", "RRU"], op_rows(meter)))
+    flushes, mean_rate, max_rate, early = flush_rates(slice_.requests)
+    saves = slice_.counts()["UpdateItem"] - flushes
+    print(
+        f"\nslice: {flushes} flushes ({flushes / chunks * 1000:.0f} per 1,000 chunks), mean {mean_rate:.1f}/s, "
+        f"max {max_rate:.0f} in any 1 s, {early} less than 90 ms after the previous one (the runner flushes at "
+        f"every boundary: model call, tool result, step); {saves} other UpdateItems (claim, open, checkpoints); "
+        f"{slice_.counts()['GetItem']} GetItems (the handler's load, run_slice's load)"
+    )
+
+    # --- dollars ---
+    req = dollars_of([slice_, chat])
+    slices = max(1, final.slices)
+    transitions = SFN_FIXED + SFN_PER_SLICE * slices
+    sfn = transitions * PRICES["sfn_transition_per_1k"] / 1000
+    gb = LAMBDA_MB / 1024
+    slice_compute = gb * slice_s * PRICES["lambda_gb_s_arm64"]
+    chat_compute = gb * stream_s * PRICES["lambda_gb_s_arm64"]
+    invocations = (slices + 1) * PRICES["lambda_request_per_m"] / 1e6
+    events = 2 * EVENTBRIDGE_PER_M / 1e6  # Run Started, Run Finished
+    rows = [
+        ["S3 PUT/LIST", req["s3_put"]],
+        ["S3 GET", req["s3_get"]],
+        ["DynamoDB writes (WRU)", req["ddb_write"]],
+        ["DynamoDB reads (RRU)", req["ddb_read"]],
+        [f"Step Functions: {transitions} transitions ({SFN_FIXED} + {SFN_PER_SLICE} x {slices} slice)", sfn],
+        [f"Lambda slice: {LAMBDA_MB} MB x {slice_s:.1f} s", slice_compute],
+        [f"Lambda chat (streams the response): {LAMBDA_MB} MB x {stream_s:.1f} s", chat_compute],
+        [f"Lambda requests: {slices + 1}", invocations],
+        ["EventBridge: 2 lifecycle events ($1.00/million, not in the brief's list)", events],
+    ]
+    total = sum(v for _, v in rows)
+    without_chat = total - chat_compute
+    stored = sum(r.sent for r in slice_.requests if r.op == "PutObject") / 1024
+    print(f"\ncost of the run (requests and compute; S3 storage of ~{stored:.0f} KB of segments is negligible):")
+    print(table(["item", "dollars"], [[k, f"${v:.6f}"] for k, v in rows] + [["total", f"${total:.6f}"]]))
+    print(
+        f"compute assumptions: slice and chat functions at {LAMBDA_MB} MB (template.yaml), arm64; the slice lasts as "
+        f"long as the model streams ({args.rate:g} tokens/s, {args.ttft:g} s first token per step); the chat "
+        "function is billed while it streams the response (the whole run here)."
+    )
+
+    print("\ntargets:")
+    per_flush = (writes - 1) / max(1, flush_rates(alone.requests)[0])
+    why = f"{per_flush:.0f} writes: S3 PutObject + DynamoDB head UpdateItem"
+    print(f"  one storage write per flush: {verdict(per_flush <= 1, why)}")
+    why = (
+        f"run: mean {mean_rate:.1f}/s, max {max_rate:.0f} in any 1 s, {early} boundary flushes inside the 100 ms "
+        f"interval; log alone: max {alone_max:.0f} in any 1 s, {alone_early} early"
+    )
+    print(f"  <= 10 flushes/s per run at 100 ms: {verdict(mean_rate <= 10 and early == 0, why)}")
+    print(
+        f"  10-step {chunks:,}-chunk run <= ${TARGET_RUN_DOLLARS}: "
+        f"{verdict(total <= TARGET_RUN_DOLLARS, f'${total:.5f} with the chat function, ${without_chat:.5f} without')}"
+    )
+
+
+if __name__ == "__main__":
+    main()
