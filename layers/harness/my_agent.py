@@ -11,13 +11,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from pathlib import Path
 
 from durable_harness import Agent, tool
 from pydantic import BaseModel, Field
 
 INSTRUCTIONS = """You are a helpful assistant. Use the tools when they help.
-Saving a note changes the user's files, so it waits for the user's approval."""
+Saving a note changes the user's files, so it waits for the user's approval.
+A long task is done one part at a time with long_step."""
 
 
 class WeatherInput(BaseModel):
@@ -52,11 +54,25 @@ def save_note(input: NoteInput) -> dict[str, object]:
     return {"saved": path.name, "bytes": len(input.text.encode()) + 1}
 
 
+class LongStepInput(BaseModel):
+    """Input of ``long_step``."""
+
+    part: int = Field(ge=1, description="Which part of the task this call does.")
+    of: int = Field(ge=1, description="How many parts the task has.")
+
+
+@tool
+def long_step(input: LongStepInput) -> dict[str, object]:
+    """Do one part of a long task: works for LONG_STEP_SECONDS (default 1 s), then reports."""
+    time.sleep(float(os.environ.get("LONG_STEP_SECONDS", "1")))
+    return {"part": input.part, "of": input.of, "done": input.part == input.of}
+
+
 def build_agent(*, model: str | None = None, delay: float | None = None) -> Agent:
     """The agent. ``delay`` slows the demo model's streaming (seconds between pieces)."""
     spec = model or os.environ.get("MODEL_ID", "demo")
     if spec == "demo" and delay is not None:
         from durable_harness.models.demo import DemoModel
 
-        return Agent(model=DemoModel(delay=delay), instructions=INSTRUCTIONS, tools=[get_weather, save_note])
-    return Agent(model=spec, instructions=INSTRUCTIONS, tools=[get_weather, save_note])
+        return Agent(model=DemoModel(delay=delay), instructions=INSTRUCTIONS, tools=[get_weather, save_note, long_step])
+    return Agent(model=spec, instructions=INSTRUCTIONS, tools=[get_weather, save_note, long_step])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from durable_harness.demo import build_demo_agent, get_weather
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.runner import Runner
@@ -32,3 +33,18 @@ async def test_other_messages_get_a_streamed_reply_and_the_same_reply_every_time
     first, second = await turn("hello there"), await turn("hello there")
     assert first == second
     assert first["parts"][-1]["text"].startswith('You said: "hello there".')
+
+
+async def test_a_long_task_takes_several_steps_and_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LONG_STEP_SECONDS", "0")
+    log = MemoryChunkLog()
+    runner = Runner(build_demo_agent(delay=0), MemoryCheckpointStore(), log, flush_interval=0)
+    state = runner.create_run([UserMessage(content=[TextPart(text="Run a long task")])], message_id="msg_long")
+    statuses = []
+    while not (state := await runner.run_slice(state.run_id, budget_seconds=0)).terminal:
+        statuses.append(state.status)
+    message = message_of(log_chunks(log, state.run_id))
+    parts = [p for p in message["parts"] if p["type"] == "tool-long_step"]
+    assert [p["output"]["part"] for p in parts] == [1, 2, 3, 4, 5] and parts[-1]["output"]["done"] is True
+    assert state.status == "finished" and state.slices >= 6 and len(statuses) >= 5
+    assert message["parts"][-1]["text"].startswith("All 5 parts of the long task are done.")

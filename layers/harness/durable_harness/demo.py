@@ -6,6 +6,8 @@ Tests, benchmarks and the examples use it; your own agent lives in ``layers/harn
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 
 from pydantic import BaseModel, Field
 
@@ -47,7 +49,21 @@ def save_note(input: NoteInput) -> dict[str, object]:
     return {"saved": input.title, "notes": len(SAVED_NOTES)}
 
 
-DEMO_TOOLS: list[Tool] = [get_weather, save_note]
+class LongStepInput(BaseModel):
+    """Input of ``long_step``."""
+
+    part: int = Field(ge=1, description="Which part of the task this call does.")
+    of: int = Field(ge=1, description="How many parts the task has.")
+
+
+@tool
+def long_step(input: LongStepInput) -> dict[str, object]:
+    """Do one part of a long task: works for LONG_STEP_SECONDS (default 1 s), then reports."""
+    time.sleep(float(os.environ.get("LONG_STEP_SECONDS", "1")))
+    return {"part": input.part, "of": input.of, "done": input.part == input.of}
+
+
+DEMO_TOOLS: list[Tool] = [get_weather, save_note, long_step]
 
 
 def build_demo_agent(*, delay: float = 0.03, approval_secret: ApprovalSecret | None = None) -> ToolLoopAgent:

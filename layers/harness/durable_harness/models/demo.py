@@ -18,6 +18,9 @@ from ..protocol import harness_parts as hp
 from .base import ModelRequest, ModelStreamPart, finish
 
 _WEATHER = re.compile(r"weather\s+(?:in|for|at)\s+([A-Za-zÀ-ÿ' .-]+?)(?:[?.!,]|$)", re.IGNORECASE)
+_LONG = re.compile(r"\blong task\b", re.IGNORECASE)
+LONG_TASK_STEPS = 5
+"""Steps of the demo's long task: one ``long_step`` tool call each, then a summary."""
 _NOTE = re.compile(r"\b(?:save|write|take)\s+(?:a\s+)?note\b[:\s]*(.*)", re.IGNORECASE | re.DOTALL)
 
 
@@ -39,12 +42,18 @@ class DemoModel:
         step = sum(1 for m in request.messages if isinstance(m, ToolMessage))
         last = request.messages[-1] if request.messages else None
         yield hp.StreamStartPart(model_id="demo")
+        tools = {t.name for t in request.tools}
+        prompt = _user_text(_last_user(request))
+        if _LONG.search(prompt) and "long_step" in tools:
+            done = _long_steps_done(request)
+            if done < LONG_TASK_STEPS:
+                async for part in self._call_tool("long_step", {"part": done + 1, "of": LONG_TASK_STEPS}, step):
+                    yield part
+                return
         if isinstance(last, ToolMessage):
             async for part in self._answer_from_results(last, step):
                 yield part
             return
-        prompt = _user_text(last)
-        tools = {t.name for t in request.tools}
         city = _WEATHER.search(prompt)
         note = _NOTE.search(prompt)
         if city and "get_weather" in tools:
@@ -93,6 +102,8 @@ class DemoModel:
                 facts.append(f"Understood: I did not run {result.tool_name}.")
             elif result.output.type in ("error-text", "error-json"):
                 facts.append(f"{result.tool_name} failed: {str(value).rstrip('.')}.")
+            elif result.tool_name == "long_step" and isinstance(value, dict):
+                facts.append(f"All {value.get('of')} parts of the long task are done.")
             elif isinstance(value, dict) and {"city", "tempC"} <= value.keys():
                 facts.append(f"It is {value['tempC']} °C and {value.get('conditions', 'clear')} in {value['city']}.")
             else:
@@ -114,6 +125,21 @@ class DemoModel:
             await asyncio.sleep(self.delay)
 
 
+def _last_user(request: ModelRequest) -> object:
+    return next((m for m in reversed(request.messages) if isinstance(m, UserMessage)), None)
+
+
+def _long_steps_done(request: ModelRequest) -> int:
+    """``long_step`` results since the last user message."""
+    done = 0
+    for message in reversed(request.messages):
+        if isinstance(message, UserMessage):
+            break
+        if isinstance(message, ToolMessage):
+            done += sum(1 for p in message.content if isinstance(p, ToolResultPart) and p.tool_name == "long_step")
+    return done
+
+
 def _user_text(message: object) -> str:
     if isinstance(message, UserMessage):
         return " ".join(p.text for p in message.content if isinstance(p, TextPart)).strip()
@@ -123,6 +149,8 @@ def _user_text(message: object) -> str:
 def _reply(prompt: str, tools: list[str]) -> str:
     said = f'You said: "{prompt}". ' if prompt else ""
     hint = ' Try "What is the weather in Paris?" to see a tool call.' if "get_weather" in tools else ""
+    if "long_step" in tools:
+        hint += ' "Run a long task" takes several steps (and, with a short SLICE_SECONDS, several slices).'
     return (
         f"{said}I am the demo model of durable-harness, streaming this reply through a durable run: "
         f"every chunk is written to the run's log before it reaches you, so a dropped connection "
