@@ -57,7 +57,7 @@ test('the token field authorizes sending and resuming', { timeout: 90_000 }, asy
   await page.reload();
   const done = await waitForPage(
     page,
-    (s) => s.status === 'ready' && s.storedRun == null && /to see a tool call\.$/.test(s.assistants.at(-1)?.text ?? ''),
+    (s) => s.status === 'ready' && s.storedRun == null && /several slices\)\.$/.test(s.assistants.at(-1)?.text ?? ''),
     'the resumed reply finished',
     30_000,
   );
