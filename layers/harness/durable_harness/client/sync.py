@@ -14,6 +14,7 @@ from ._common import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
     ApprovalAnswers,
+    ConversationBase,
     ConversationState,
     Messages,
     approvals_body,
@@ -21,7 +22,6 @@ from ._common import (
     chat_body,
     request_headers,
     run_path,
-    user_message,
 )
 from ._cursor import ChunkError, ReconnectEvent, RetryPolicy, StreamCursor
 from ._requests import decode_json, response_error, run_id_of, stream_request
@@ -253,69 +253,14 @@ class ChunkStream(Iterator[UIMessageChunk]):
                 client._sleep(event.delay)
 
 
-class Conversation:
-    """A chat held like ``useChat`` holds it: the UI message history, the assistant message
-    assembled as chunks arrive, and tool approvals that continue the same assistant message.
-
-    Every turn POSTs the whole history (with ``chat_id`` as ``id`` and ``body``'s fields)."""
-
-    def __init__(
-        self,
-        client: ChatClient,
-        *,
-        chat_id: str | None = None,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        body: Mapping[str, Any] | None = None,
-    ) -> None:
-        """A conversation over ``client``, starting from ``messages`` (UI messages)."""
-        self.client = client
-        self.chat_id = chat_id
-        self.body = dict(body or {})
-        self.state = ConversationState(messages)
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The UI message history, with the assistant message as streamed so far."""
-        return self.state.messages
-
-    @property
-    def last_assistant_message(self) -> dict[str, Any] | None:
-        """The last message, if it is the assistant's."""
-        return self.state.last_assistant_message
-
-    @property
-    def run_id(self) -> str | None:
-        """The latest turn's run."""
-        return self.state.run_id
-
-    def pending_approvals(self) -> list[dict[str, Any]]:
-        """Tool calls waiting for an answer: ``{"approvalId", "toolCallId", "toolName", "input"}``."""
-        return self.state.pending_approvals()
-
-    def send(self, message: str | Mapping[str, Any]) -> TurnStream:
-        """Add a user message (a text, or a UI message) and stream the assistant's reply."""
-        new = user_message(message) if isinstance(message, str) else message
-        return self._turn(self.state.begin(new))
-
-    def continue_turn(self) -> TurnStream:
-        """Send the history as it is (e.g. after :meth:`add_approval_response`)."""
-        return self._turn(self.state.begin(None))
-
-    def add_approval_response(self, approval_id: str, approved: bool, reason: str | None = None) -> None:
-        """Answer an approval without sending anything yet (``addToolApprovalResponse``)."""
-        self.state.add_approval_response(approval_id, approved, reason)
-
-    def answer_approval(self, approval_id: str, approved: bool, reason: str | None = None) -> TurnStream:
-        """Answer an approval; once every approval of the last step is answered, send the history
-        and stream the continuation into the same assistant message. While others are still
-        unanswered nothing is sent and the returned stream is empty."""
-        self.add_approval_response(approval_id, approved, reason)
-        if not self.state.ready_to_continue():
-            return TurnStream(self.client, self.state, None)
-        return self.continue_turn()
+class Conversation(ConversationBase["ChatClient", "TurnStream"]):
+    """A conversation over a :class:`ChatClient` (see :class:`ConversationBase`)."""
 
     def _turn(self, messages: list[dict[str, Any]]) -> TurnStream:
         return TurnStream(self.client, self.state, self.client.send(messages, chat_id=self.chat_id, body=self.body))
+
+    def _empty_turn(self) -> TurnStream:
+        return TurnStream(self.client, self.state, None)
 
 
 class TurnStream(Iterator[UIMessageChunk]):
