@@ -14,18 +14,28 @@ import json
 import math
 import os
 import platform
-import socket
 import statistics
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # the scripts run as `python bench/x.py`: make `tests` importable
+    sys.path.insert(0, str(REPO))
+
+
+def serve(app: Any) -> AbstractContextManager[str]:
+    """Serve ``app`` on a loopback port (the test suite's uvicorn helper, with TCP_NODELAY on)."""
+    from tests.support import serve as serve_app
+
+    return serve_app(app)
+
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -112,41 +122,6 @@ def machine() -> str:
 
 
 # --- HTTP -----------------------------------------------------------------------------------------
-
-
-@contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a loopback port in a background thread; yields the base URL.
-
-    Unlike ``tests.support.serve``, the listening socket is created with ``IPPROTO_TCP``: asyncio
-    only sets ``TCP_NODELAY`` on accepted sockets whose ``proto`` is ``IPPROTO_TCP``, and a socket
-    made with ``socket.socket(AF_INET, SOCK_STREAM)`` has ``proto == 0``. Without ``TCP_NODELAY``
-    Nagle's algorithm holds each small SSE write until the client's delayed ACK (about 40 ms on
-    Linux), which is not what ``uvicorn --host --port`` (local dev, the chat function) does.
-    """
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning"))
-
-    def run() -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.serve(sockets=[sock]))
-        loop.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
 
 
 # --- AWS under moto -------------------------------------------------------------------------------

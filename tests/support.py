@@ -90,16 +90,16 @@ def parse_sse_body(body: bytes) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def serve(app: ChatApp) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a loopback port in a background thread; yields the base URL."""
+def serve(app: ChatApp | Any, **config: Any) -> Iterator[str]:
+    """Serve an ASGI ``app`` with uvicorn on a loopback port in a background thread; yields the base
+    URL. ``config`` goes to ``uvicorn.Config`` (e.g. ``log_level``, ``access_log``)."""
     # IPPROTO_TCP explicitly: asyncio then turns Nagle off on accepted connections (~40 ms per response otherwise)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # connections queue from now on, so no waiting for the server thread is needed
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="on", log_level="warning")
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **{"log_level": "warning", **config}))
     loop_ready = threading.Event()
 
     def run() -> None:

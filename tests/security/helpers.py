@@ -7,21 +7,19 @@ import asyncio
 import copy
 import hashlib
 import json
-import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
-import uvicorn
 from durable_harness.errors import ModelError
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.demo import DemoModel
 from durable_harness.protocol.assemble import assemble_ui_message
 
-from tests.support import parse_sse_body, user_message
+from tests.support import parse_sse_body, serve, user_message
 
 ALICE_TOKEN = "tok-alice-7Hq2vLx9Rk3Wm5Pz8Nc4"
 BOB_TOKEN = "tok-bob-Yd6Fs1Jg0Tb2Qe7Ua9Kv"
@@ -38,35 +36,8 @@ def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
-@contextmanager
-def serve_asgi(app: Any, **config: Any) -> Iterator[str]:
-    """Like ``tests.support.serve`` but for any ASGI app and with uvicorn options (logging).
-
-    The socket names IPPROTO_TCP so that asyncio sets TCP_NODELAY on accepted connections (it only
-    does for sockets whose ``proto`` is TCP): without it every response waits ~40 ms for Nagle's
-    algorithm and the client's delayed ACK.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)  # connections queue from now on: no need to wait for the server thread
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **{"log_level": "warning", **config}))
-
-    def run() -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.serve(sockets=[sock]))
-        loop.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+serve_asgi = serve
+"""Any ASGI app on loopback, with uvicorn options (``tests.support.serve``)."""
 
 
 def assert_error_response(response: httpx.Response, status: int | set[int] | None = None) -> dict[str, Any]:
