@@ -1,4 +1,4 @@
-"""The shared port contract (tests/storage) run against DynamoCheckpointStore and S3ChunkLog.
+"""The shared port contract (tests/storage) run against DynamoCheckpointStore and DynamoChunkLog.
 
 The contract's test functions are imported as they are; pytest collects them here, where the
 ``store`` and ``log`` fixtures (tests/aws/conftest.py) are the moto-backed AWS adapters.

@@ -1,6 +1,6 @@
 """The deployed checkpoint store: one DynamoDB item per run, large states offloaded to S3 (D5).
 
-Table layout (shared with the chunk log's head item, see :mod:`.s3log`)::
+Table layout (shared with the chunk log's items, see :mod:`.chunklog`)::
 
     pk (S) = run id    sk (S) = "run"
     version, epoch (N)         fencing counters (ports.py); every write is conditional on version
@@ -38,7 +38,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import FencedError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import Checkpoint
+from ..ports import Checkpoint, RunSummary
 from ._errors import aws_errors, error_code, error_item, translate
 
 __all__ = ["DynamoCheckpointStore"]
@@ -53,6 +53,7 @@ _NAMES = {f"#{n}": n for n in ("pk", "version", "epoch", "status", "principal", 
     "#expires_at": "expires_at",
     "#write_id": "write_id",
 }
+_SUMMARY = ("#pk", "#status", "#principal", "#chat_id", "#expires_at")
 _LIVE = "(attribute_not_exists(#expires_at) OR #expires_at > :now)"
 _PLACEHOLDER = re.compile(r"#\w+")
 
@@ -137,6 +138,26 @@ class DynamoCheckpointStore:
             except _StateGone:
                 continue  # a save replaced the record (and deleted its old object) meanwhile
         raise StorageError(f"run {run_id!r}: the offloaded state keeps disappearing")
+
+    def summary(self, run_id: str) -> RunSummary:
+        """The record's status, principal and chat id: one strongly consistent GetItem that
+        leaves the state out (so never a read of an offloaded state). Raises ``RunNotFoundError``."""
+        with aws_errors(f"loading run {run_id!r}"):
+            item = self._ddb.get_item(
+                TableName=self._table,
+                Key=self._key(run_id),
+                ConsistentRead=True,
+                ProjectionExpression=", ".join(_SUMMARY),
+                ExpressionAttributeNames={name: _NAMES[name] for name in _SUMMARY},
+            ).get("Item")
+        if item is None or self._expired(item):
+            raise RunNotFoundError(run_id)
+        return RunSummary(
+            run_id,
+            item["status"]["S"],
+            item["principal"]["S"] if "principal" in item else None,
+            item["chat_id"]["S"] if "chat_id" in item else None,
+        )
 
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         """Bump epoch and version if the version is still ``expected_version``."""

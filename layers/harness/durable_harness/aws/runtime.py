@@ -3,8 +3,8 @@
 Environment (set by the SAM template):
 
 =====================  ===========================================================
-``RUNS_TABLE``         DynamoDB table of run records and log heads (required)
-``CHUNK_BUCKET``       S3 bucket of chunk-log segments and offloaded states (required)
+``RUNS_TABLE``         DynamoDB table of run records and chunk logs (required)
+``CHUNK_BUCKET``       S3 bucket of large chunk-log appends and offloaded states (required)
 ``STATE_MACHINE_ARN``  the run state machine (required)
 ``EVENT_BUS_NAME``     bus for run lifecycle events (optional: no events without it)
 ``RUN_TTL_DAYS``       days a run's records live after their last write (default 30)
@@ -26,9 +26,9 @@ import boto3
 from botocore.config import Config
 
 from ..errors import FatalError
+from .chunklog import DynamoChunkLog
 from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher
-from .s3log import S3ChunkLog
 from .stepfunctions import StepFunctionsOrchestrator
 
 __all__ = ["CLIENT_CONFIG", "AwsConfigError", "AwsRuntime", "build_runtime", "client_for"]
@@ -62,7 +62,7 @@ class AwsRuntime:
     """The ports (and the event publisher) of a deployed harness."""
 
     store: DynamoCheckpointStore
-    log: S3ChunkLog
+    log: DynamoChunkLog
     orchestrator: StepFunctionsOrchestrator
     events: EventPublisher | None = None
 
@@ -106,7 +106,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
     return AwsRuntime(
         store=DynamoCheckpointStore(table, client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds),
-        log=S3ChunkLog(bucket, s3_client=s3, dynamodb_client=dynamodb, table_name=table, ttl_seconds=ttl_seconds),
+        log=DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds),
         orchestrator=orchestrator,
         events=EventPublisher(bus, client=client("events")) if bus else None,
     )

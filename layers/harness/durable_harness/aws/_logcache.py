@@ -1,10 +1,7 @@
-"""Segment keys of the S3 chunk log and the reader's cache of committed segments.
+"""The chunk log reader's cache of committed appends (immutable once committed) and their boundaries.
 
-A segment key is ``<inverted start>-<inverted epoch>``, both zero-padded to 13 digits, where
-``inverted x = 10**12 - x``. S3 lists keys in ascending order, so listing from the inverted start
-of chunk ``i`` returns the segment with the largest start ``<= i`` first, and among segments with
-the same start (one committed, the others orphans of fenced-off writers) the highest epoch first,
-which is the committed one (see :mod:`.s3log` for why).
+An append's chunks never change once committed, so a process that has read (or written) them
+keeps them: a follower, or a second client resuming the same run, reads only what is new.
 """
 
 from __future__ import annotations
@@ -13,41 +10,18 @@ import threading
 from bisect import bisect_right, insort
 from collections import OrderedDict
 
-__all__ = ["MAX_INDEX", "SegmentCache", "list_start_after", "parse_segment_name", "segment_name"]
+__all__ = ["SegmentCache"]
 
-MAX_INDEX = 10**12
-"""Chunk indexes and epochs must stay below this (13 digits once inverted)."""
-_WIDTH = 13
 _BOUND_RUNS = 1024
 _BOUNDS_PER_RUN = 4096
 
 
-def segment_name(start: int, epoch: int) -> str:
-    """The object name (below the run's ``seg/`` prefix) of the segment at ``start`` by ``epoch``."""
-    if not 0 <= start < MAX_INDEX or not 0 <= epoch < MAX_INDEX:
-        raise ValueError(f"segment start {start} and epoch {epoch} must be in [0, {MAX_INDEX})")
-    return f"{MAX_INDEX - start:0{_WIDTH}d}-{MAX_INDEX - epoch:0{_WIDTH}d}"
-
-
-def list_start_after(index: int) -> str:
-    """A ``StartAfter`` value that lists segments with start ``<= index`` first, largest start first."""
-    return f"{MAX_INDEX - index:0{_WIDTH}d}"
-
-
-def parse_segment_name(name: str) -> tuple[int, int] | None:
-    """``(start, epoch)`` of a segment name; ``None`` for anything else under the prefix."""
-    head, sep, tail = name.partition("-")
-    if not sep or len(head) != _WIDTH or len(tail) != _WIDTH or not (head.isdigit() and tail.isdigit()):
-        return None
-    return MAX_INDEX - int(head), MAX_INDEX - int(tail)
-
-
 class SegmentCache:
-    """An LRU of committed segments (immutable once committed) plus known segment boundaries.
+    """An LRU of committed segments (the chunks of one append) plus known segment boundaries.
 
     Contents are bounded by ``max_bytes`` of segment data. Boundaries (indexes where a committed
     segment starts) outlive their segments' eviction: a follower that read up to ``n`` knows that
-    the next segment starts at ``n``, which lets it fetch that segment without listing.
+    the next segment starts at ``n``, which lets it read from there in one request.
     """
 
     def __init__(self, max_bytes: int) -> None:
