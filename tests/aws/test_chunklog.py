@@ -386,3 +386,28 @@ def test_run_ids_that_could_escape_the_prefix_are_refused(log: DynamoChunkLog) -
     for bad in ("../x", "a/b", "", "-x"):
         with pytest.raises(ValueError):
             log.count(bad)
+
+
+def test_a_follower_learns_when_the_next_append_is_due(ddb: Any, s3: Any) -> None:
+    now = [100.0]  # the writer's clock
+    writer = new_log(ddb, s3, clock=lambda: now[0])
+    follower = new_log(ddb, s3)
+
+    def append_at(at: float, start: int, chunk: str) -> None:
+        now[0] = at
+        writer.append("r1", start, [chunk], 1)
+
+    writer.open("r1", 1)  # a marker: not an append, says nothing of the pace
+    append_at(100.0, 0, "a")
+    assert follower.read("r1", 0) == ["a"] and follower.next_commit("r1") is None  # one append: no pace yet
+    append_at(100.07, 1, "b")
+    append_at(100.14, 2, "c")
+    assert follower.read("r1", 1) == ["b", "c"]
+    due = follower.next_commit("r1")
+    assert due is not None and 100.14 + 0.07 <= due <= 100.14 + 0.07 + 0.05
+    append_at(100.21, 3, "d")
+    append_at(100.8, 4, "e")  # after a pause: the median gap stays the pace
+    assert follower.read("r1", 3) == ["d", "e"]
+    due = follower.next_commit("r1")
+    assert due is not None and 100.8 + 0.07 <= due <= 100.8 + 0.07 + 0.05
+    assert new_log(ddb, s3).next_commit("r1") is None  # learnt by reading, per process

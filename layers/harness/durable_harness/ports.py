@@ -115,6 +115,19 @@ def read_tail(log: ChunkLog, run_id: str, n: int) -> tuple[int, list[str]]:
     return count, log.read(run_id, max(0, count - n)) if n else []
 
 
+@runtime_checkable
+class CommitCadence(Protocol):
+    """A chunk log that knows when a followed run's next append is due (optional).
+
+    Across processes a follower can only poll; polling when the writer's next flush should have
+    landed costs one read per flush and adds only the time the write takes.
+    """
+
+    def next_commit(self, run_id: str) -> float | None:
+        """When the next append is due (epoch seconds), or ``None`` when unknown."""
+        ...
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What a run record says about a run without its state: who owns it and where it is."""

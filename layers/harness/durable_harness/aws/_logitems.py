@@ -79,6 +79,8 @@ class LogItem:
     s3_key: str | None = None
     """Where a spilled append's chunks are (an S3 object of ``n`` lines)."""
     size: int = 0
+    at: float | None = None
+    """When the writer sent the item (epoch seconds, its clock): readers learn the flush cadence."""
 
     @property
     def end(self) -> int:
@@ -91,12 +93,13 @@ class LogItem:
         key = item["sk"]["S"]
         start, n, epoch = int(key[len(_PREFIX) :]), int(item["n"]["N"]), int(item["e"]["N"])
         write_id = item.get("w", {}).get("S", "")
+        at = int(item["t"]["N"]) / 1000 if "t" in item else None
         data = item.get("d")
         if n == 0 or data is None:
             s3_key = item.get("k", {}).get("S")
             if n > 0 and s3_key is None:
                 raise StorageError(f"run {run_id!r}: chunk log item {key} holds neither chunks nor a pointer")
-            return cls(start, n, epoch, write_id, s3_key=s3_key)
+            return cls(start, n, epoch, write_id, s3_key=s3_key, at=at)
         raw = zlib.decompress(data["B"]) if "B" in data else data["S"].encode("utf-8")
         chunks = decode_chunks(raw, n, f"run {run_id!r} item {key}")
-        return cls(start, n, epoch, write_id, chunks=chunks, size=len(raw))
+        return cls(start, n, epoch, write_id, chunks=chunks, size=len(raw), at=at)

@@ -2,12 +2,12 @@
 
 Layout. An append (one group-commit flush) is one item in the runs table, next to the run record:
 ``pk=<run_id>, sk="c#<start>"`` with ``n`` (chunks), ``e`` (the writer's epoch), ``w`` (a random
-id of the write), ``d`` (the chunks, one per line; zlib-compressed as binary when that is
-smaller) and ``expires_at`` (TTL). An append larger than ``spill_bytes`` goes to an S3 object
-first and its item holds the object's key ``k`` instead of ``d``: the item stays the commit
-point, so an object whose item was never written is never read (the bucket's lifecycle rule
-removes it). The log's count is the end of its last item. Items are contiguous: every append
-starts where the previous one ended.
+id of the write), ``t`` (when it was sent, epoch ms), ``d`` (the chunks, one per line;
+zlib-compressed as binary when that is smaller) and ``expires_at`` (TTL). An append larger than
+``spill_bytes`` goes to an S3 object first and its item holds the object's key ``k`` instead of
+``d``: the item stays the commit point, so an object whose item was never written is never read
+(the bucket's lifecycle rule removes it). The log's count is the end of its last item. Items are
+contiguous: every append starts where the previous one ended.
 
 Writing. An append is one ``PutItem`` at its start, conditional on
 ``attribute_not_exists(pk) OR (n = 0 AND e <= :epoch)``: nothing can overwrite committed chunks,
@@ -24,7 +24,8 @@ and after ``open(e)`` returns no older epoch can append.
 Requests: an append is 1 PutItem (plus 1 PutObject when it spills); ``open`` 1 Query + 1 PutItem;
 ``count`` 1 Query; a follower's ``read`` at the end of what it read 1 Query, whether or not
 anything is new; ``tail`` (a resume at the end) 1 Query. A cold ``read`` at an index it does not
-know to be an append boundary adds one Query, sent in parallel. Committed appends are cached.
+know to be an append boundary adds one Query, sent in parallel. Committed appends are cached, and
+the send times of the appends read tell a follower when the next one is due (``next_commit``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import re
 import secrets
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -50,6 +52,11 @@ __all__ = ["DynamoChunkLog"]
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _OPEN_ATTEMPTS = 20
 _CONDITION = "attribute_not_exists(pk) OR (#n = :zero AND #e <= :e)"
+_CADENCE_ITEMS = 6  # appends whose send times estimate a writer's pace (the median gap)
+_CADENCE_RUNS = 256
+_MIN_PERIOD, _MAX_PERIOD = 0.01, 1.0
+_COMMIT_MARGIN = 0.01
+"""Seconds from a writer sending an append to DynamoDB having committed it (a few ms at p50)."""
 _NAMES = {"#n": "n", "#e": "e"}
 
 
@@ -94,6 +101,8 @@ class DynamoChunkLog:
         # Per run, (epoch, end) as this object last wrote the log: an append there needs no read.
         # Dropped on any error, so a lost reply can never leave it wrong.
         self._writers: dict[str, tuple[int, int]] = {}
+        # Per run, when the last few appends this object read were sent (for next_commit).
+        self._sent: OrderedDict[str, deque[float]] = OrderedDict()
 
     # --- the port ----------------------------------------------------------------------------------
 
@@ -193,6 +202,23 @@ class DynamoChunkLog:
         self._stitch(run_id, [i for i in items if i.end > first], first, None, out)
         return count, out
 
+    def next_commit(self, run_id: str) -> float | None:
+        """When the run's next append is due (epoch seconds), from the appends this object read.
+
+        A writer streaming a model flushes at a steady pace, and each item carries when it was
+        sent: a follower that reads right after the next one is due waits far less than one
+        that polls blindly. ``None`` until two appends were seen; the time may be past (the
+        writer paused: the model thinks, a tool runs), which the caller treats as unknown.
+        """
+        with self._lock:
+            sent = self._sent.get(run_id)
+            if sent is None or len(sent) < 2:
+                return None
+            gaps = sorted(b - a for a, b in zip(sent, list(sent)[1:], strict=False))
+            last = sent[-1]
+        period = min(max(gaps[len(gaps) // 2], _MIN_PERIOD), _MAX_PERIOD)
+        return last + period + _COMMIT_MARGIN
+
     def close(self) -> None:
         """Stop the reader's worker threads (a later read starts them again)."""
         with self._lock:
@@ -236,6 +262,7 @@ class DynamoChunkLog:
         }
         if data is not None:
             item.update(data[1])
+        item["t"] = {"N": str(int(self._clock() * 1000))}  # lets followers learn the flush cadence
         if self._ttl is not None:
             item["expires_at"] = {"N": str(int(self._clock()) + self._ttl)}
         try:
@@ -347,6 +374,7 @@ class DynamoChunkLog:
             fetched = dict(zip(spilled, self._executor().map(lambda i: self._fetch(run_id, i), spilled), strict=True))
         else:
             fetched = {i: self._fetch(run_id, i) for i in spilled}
+        self._note_sent(run_id, items)
         expected = items[0].start
         if expected > pos:
             raise StorageError(f"run {run_id!r}: chunk log has no item holding chunk {pos}")
@@ -360,6 +388,19 @@ class DynamoChunkLog:
             if high > low:
                 out.extend(chunks[low:high])
             expected = item.end
+
+    def _note_sent(self, run_id: str, items: list[LogItem]) -> None:
+        times = [i.at for i in items if i.at is not None]
+        if not times:
+            return
+        with self._lock:
+            sent = self._sent.get(run_id)
+            if sent is None:
+                sent = self._sent[run_id] = deque(maxlen=_CADENCE_ITEMS)
+                if len(self._sent) > _CADENCE_RUNS:
+                    self._sent.popitem(last=False)
+            self._sent.move_to_end(run_id)
+            sent.extend(t for t in times if not sent or t > sent[-1])
 
     def _fetch(self, run_id: str, item: LogItem) -> tuple[str, ...]:
         """A spilled append's chunks, from its S3 object (cached: committed appends never change)."""

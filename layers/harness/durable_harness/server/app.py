@@ -147,24 +147,8 @@ class ChatApp:
             raise InvalidRequestError(
                 f"startIndex must be an integer, got {raw!r}.", code="invalid_start_index"
             ) from None
-        state = await self.service.load(run_id, principal)
-        count = await self.service.count(run_id)
-        resolved = max(0, count + start) if start < 0 else start
-        # A terminal run's checkpoint knows its final length even while the last chunks are still
-        # being appended, so only an index past that is an error; anything else is followed.
-        total = state.stream.chunk_count
-        if resolved > count and not state.terminal:
-            # A client can never have more chunks than the log: a bogus index, not a reconnect.
-            raise InvalidRequestError(
-                f"startIndex {start} is past the end of this run's stream ({count} chunks so far).",
-                code="invalid_start_index",
-            )
-        if state.terminal and resolved >= total > 0:
-            raise InvalidRequestError(
-                f"startIndex {start} is past the end of this run's stream ({total} chunks, ended with 'finish').",
-                code="invalid_start_index",
-            )
-        await self._stream(run_id, resolved, count - 1, [], receive, send, cors)
+        resolved, count, first = await self.service.stream_start(run_id, start, principal)
+        await self._stream(run_id, resolved, count - 1, [], receive, send, cors, first)
 
     async def _stream(
         self,
@@ -175,10 +159,11 @@ class ChatApp:
         receive: Receive,
         send: Send,
         cors: list[tuple[bytes, bytes]],
+        first: list[str] | None = None,
     ) -> None:
         headers = [*UI_MESSAGE_STREAM_HEADERS, *extra, (b"x-workflow-stream-tail-index", str(tail_index).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
-        pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send))
+        pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send, first))
         disconnected = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
         try:
             await asyncio.wait({pump, disconnected}, return_when=asyncio.FIRST_COMPLETED)
@@ -187,11 +172,11 @@ class ChatApp:
                 task.cancel()
             await asyncio.gather(pump, disconnected, return_exceptions=True)
 
-    async def _pump(self, run_id: str, start: int, send: Send) -> None:
+    async def _pump(self, run_id: str, start: int, send: Send, first: list[str] | None) -> None:
         """Copy the run's chunks to the response as SSE events until ``finish`` or the window ends."""
         finished = False
         try:
-            async for batch in self.service.follow(run_id, start):
+            async for batch in self.service.follow(run_id, start, first):
                 if batch is None:
                     await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
                     continue
