@@ -1,0 +1,438 @@
+"""The deployed wiring end to end under moto: latency, AWS requests and dollars, side by side.
+
+The real ``template.yaml`` is deployed into moto (``tests/deploy/stack.py``: DynamoDB, S3, the real
+state machine run by moto's interpreter, the real slice handler invoked in-process), and the real
+chat function app (``functions/chat/app.py``, its environment from the template) is served by
+uvicorn on loopback. A paced model (``_deployed.build_agent``) streams through all of it:
+
+1. latency: ``--turns`` chat turns (``--ttft`` to the first token, then ``--deltas`` text deltas
+   every ``--interval-ms``) POSTed over HTTP, interleaved with the same model streamed directly by
+   a bare SSE endpoint. Added time to
+   first chunk and per-chunk added latency (delta received - delta emitted), deployed minus direct;
+2. cost: one 10-step run of 2,000 chunks at 100 deltas/s (0.2 s to first token per step) POSTed and
+   streamed to ``finish``. Every AWS request of the functions is counted (botocore events, DynamoDB
+   capacity from item sizes) and priced with Lambda compute (both functions at their configured
+   memory; the chat function for as long as it streams), Step Functions transitions, requests;
+3. resume: ``GET /api/chat/{run}/stream?startIndex=-5`` of finished runs of 1,000 and 100,000
+   chunks (checkpoints of ~10 KB and ~500 KB), from a fresh chat app (cold) and the same app (warm).
+
+The baseline is the same script run against the tree of ``--baseline`` (default: the commit before
+issue 10's chunk log; ``none`` to skip), unpacked with ``git archive`` into a temporary directory
+and measured in a subprocess first, so that both columns come from one run on one machine.
+
+    .venv/bin/python bench/deployed_wiring.py [--turns 5] [--baseline ac6721e|none] [--json FILE]
+
+Prints the figures and writes ``bench/results/deployed_wiring.json`` (rows of metric, target,
+measured, met).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import _deployed
+import httpx
+from _common import PRICES, REPO, RequestMeter, busy_ms, machine, median, pct, price_banner, serve, table, verdict
+from _deployed import EMITTED, SETTINGS, Metered, build_finished_run
+
+BASELINE = "ac6721e"
+"""The tree before issue 10's chunk log: what the issue's "today" figures describe."""
+RESULTS = REPO / "bench" / "results" / "deployed_wiring.json"
+TODAY_PER_SECOND = 0.0000875  # the issue's figure, used when no baseline is measured
+PRINCIPAL = "anonymous"  # AuthMode none
+EVENTBRIDGE_PER_M = 1.00
+
+
+# --- measuring ----------------------------------------------------------------------------------------
+
+
+def turn(client: httpx.Client, url: str, text: str) -> tuple[float, float, list[float]]:
+    """POST one turn; (ms to the first text-delta, ms to its emission by the model, per-delta ms)."""
+    body = json.dumps({"messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": text}]}]})
+    from durable_harness.protocol.sse import SSEParser
+
+    parser, first, added = SSEParser(), None, []
+    sent = time.perf_counter()
+    with client.stream("POST", f"{url}/api/chat", content=body, timeout=60) as response:
+        for raw in response.iter_raw():
+            now = time.perf_counter()
+            for data in parser.feed(raw):
+                if data == "[DONE]":
+                    continue
+                chunk = json.loads(data)
+                if chunk["type"] == "text-delta":
+                    first = first if first is not None else now - sent
+                    added.append(now - EMITTED[chunk["delta"][1:-1]])
+    assert first is not None, "no text-delta received"
+    emitted = EMITTED[f"{text}:0"] - sent
+    return first * 1000, emitted * 1000, [a * 1000 for a in added]
+
+
+def latency(metered: Metered, turns: int) -> dict[str, Any]:
+    """Deployed and direct turns, interleaved; the figures in ms."""
+    from durable_harness.models.scripted import FunctionModel
+    from relay_latency import bare_sse_app
+
+    direct_model: FunctionModel = _deployed.build_agent().model
+    out: dict[str, dict[str, list[float]]] = {p: {"ttfc": [], "emit": [], "chunk": []} for p in ("deployed", "direct")}
+    with (
+        serve(metered.chat_app()) as deployed_url,
+        serve(bare_sse_app(direct_model)) as direct_url,
+        httpx.Client() as deployed_client,
+        httpx.Client() as direct_client,
+    ):
+        paths = (("deployed", deployed_url, deployed_client), ("direct", direct_url, direct_client))
+        for n in range(turns + 1):  # the first turn of each path warms up (imports, connections)
+            for path, url, client in paths:
+                ttfc, emit, chunks = turn(client, url, f"lat:{path}{n}")
+                if n:
+                    out[path]["ttfc"].append(ttfc)
+                    out[path]["emit"].append(emit)
+                    out[path]["chunk"] += chunks
+    d, b = out["deployed"], out["direct"]
+    return {
+        "ttfc_deployed": median(d["ttfc"]), "ttfc_direct": median(b["ttfc"]),
+        "startup_deployed": median(d["emit"]), "startup_direct": median(b["emit"]),
+        "chunk_p50_deployed": pct(d["chunk"], 0.5), "chunk_p99_deployed": pct(d["chunk"], 0.99),
+        "chunk_p50_direct": pct(b["chunk"], 0.5), "chunk_p99_direct": pct(b["chunk"], 0.99),
+        "first_chunk_deployed": median([t - e for t, e in zip(d["ttfc"], d["emit"], strict=True)]),
+    }  # fmt: skip
+
+
+def is_log_request(request: Any) -> bool:
+    """A request of the chunk log (its items, head or segments), as opposed to run records."""
+    if request.service == "dynamodb":
+        return request.op == "Query" or request.item == "log" or request.item.startswith("c#")
+    if request.service == "s3":
+        return request.op == "ListObjectsV2" or "/seg/" in request.item
+    return False
+
+
+def cost(metered: Metered) -> dict[str, Any]:
+    """The 10-step run through the stack; its requests, flushes and dollars."""
+    stack, meter = metered.stack, metered.meter
+    meter.reset()
+    metered.flushes.clear()
+    metered.invocations.clear()
+    with serve(metered.chat_app()) as url, httpx.Client() as client:
+        body = json.dumps({"messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": "cost"}]}]})
+        began = time.monotonic()
+        with client.stream("POST", f"{url}/api/chat", content=body, timeout=120) as response:
+            run_id = response.headers["x-workflow-run-id"]
+            received = b"".join(response.iter_raw())
+        streamed = time.monotonic() - began
+    transitions = metered.transitions(run_id)
+    from durable_harness.protocol.sse import SSEParser
+
+    chunks = sum(1 for data in SSEParser().feed(received) if data != "[DONE]")
+    assert b'"type":"finish"' in received, received[-300:]
+    requests = list(meter.requests)
+    memory = {fn.logical_id: fn.memory for fn in stack.functions.values()}
+    slice_s = sum(seconds for name, seconds in metered.invocations if name == "SliceFunction")
+    d = _dollars(meter)
+    compute_slice = memory["SliceFunction"] / 1024 * slice_s * PRICES["lambda_gb_s_arm64"]
+    compute_chat = memory["ChatFunction"] / 1024 * streamed * PRICES["lambda_gb_s_arm64"]
+    invocations = len(metered.invocations) + 1
+    events = sum(1 for r in requests if r.op == "PutEvents")
+    rows = {
+        "S3 PUT/LIST": d["s3_put"], "S3 GET": d["s3_get"],
+        "DynamoDB writes (WRU)": d["ddb_write"], "DynamoDB reads (RRU)": d["ddb_read"],
+        f"Step Functions: {transitions} transitions": transitions * PRICES["sfn_transition_per_1k"] / 1000,
+        f"Lambda slice: {memory['SliceFunction']} MB x {slice_s:.1f} s": compute_slice,
+        f"Lambda chat (streams the response): {memory['ChatFunction']} MB x {streamed:.1f} s": compute_chat,
+        f"Lambda requests: {invocations}": invocations * PRICES["lambda_request_per_m"] / 1e6,
+        f"EventBridge: {events} PutEvents (${EVENTBRIDGE_PER_M:.2f}/million)": events * EVENTBRIDGE_PER_M / 1e6,
+    }  # fmt: skip
+    log_meter = RequestMeter()
+    log_meter.requests = [r for r in requests if is_log_request(r)]
+    per_second = (sum(_dollars(log_meter).values()) + compute_slice + compute_chat) / streamed
+    writes = [r for r in requests if r.label.endswith("|append") and r.op in ("PutItem", "UpdateItem", "PutObject")]
+    times = sorted(t for t, _ in metered.flushes)
+    window = max((sum(1 for u in times if t - 1.0 < u <= t) for t in times), default=0)
+    return {
+        "run_id": run_id, "chunks": chunks, "streamed_s": streamed, "slice_s": slice_s, "rows": rows,
+        "total": sum(rows.values()), "per_second": per_second, "flushes": len(times),
+        "writes_per_flush": len(writes) / max(1, len(times)), "max_flushes_1s": window,
+        "mean_flushes_s": (len(times) - 1) / max(times[-1] - times[0], 1e-9) if len(times) > 1 else 0.0,
+        "by_op": _by_op(requests),
+        "log_requests": len(log_meter.requests), "transitions": transitions,
+    }  # fmt: skip
+
+
+def _by_op(requests: list[Any]) -> dict[str, int]:
+    """Requests by operation and item kind (run record, chunk-log item or head, S3 object kind)."""
+    counted: dict[str, int] = {}
+    for r in requests:
+        kind = r.item
+        if kind.startswith("c#"):
+            kind = "chunk item"
+        elif r.service == "s3":
+            kind = "segment" if "/seg/" in kind else "state" if "/state/" in kind else ""
+        key = f"{r.op} {kind}".strip()
+        counted[key] = counted.get(key, 0) + 1
+    return dict(sorted(counted.items()))
+
+
+def _dollars(meter: RequestMeter) -> dict[str, float]:
+    return meter.dollars()
+
+
+def resume(metered: Metered, reps: int) -> dict[str, Any]:
+    """Tail resumes of finished 1k and 100k runs over HTTP, cold and warm: ms and requests."""
+    runs = {1_000: ("wrun_" + "1k".rjust(26, "0"), 10_000), 100_000: ("wrun_" + "100k".rjust(26, "0"), 500_000)}
+    for n, (run_id, state_bytes) in runs.items():
+        build_finished_run(metered, run_id, n, state_bytes, PRINCIPAL)
+    holder: dict[str, Any] = {}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # one server; the app behind it is replaced for each cold resume
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await holder["app"](scope, receive, send)
+
+    out: dict[str, Any] = {}
+    meter = metered.meter
+    with serve(app) as url, httpx.Client() as client:
+        for mode in ("cold", "warm"):
+            for n, (run_id, _) in runs.items():
+                holder["app"] = metered.chat_app()
+                if mode == "warm":
+                    client.get(f"{url}/api/chat/{run_id}/stream?startIndex=-5", timeout=30)
+                times, requests = [], []
+                for _ in range(reps):
+                    if mode == "cold":
+                        holder["app"] = metered.chat_app()
+                    meter.reset()
+                    began = time.perf_counter()
+                    response = client.get(f"{url}/api/chat/{run_id}/stream?startIndex=-5", timeout=30)
+                    times.append((time.perf_counter() - began) * 1000)
+                    assert response.status_code == 200 and response.text.count("data: ") == 6, response.text[-300:]
+                    requests.append(list(meter.requests))
+                out[f"{mode}_{n}_ms"] = median(times)
+                out[f"{mode}_{n}_requests"] = max(len(r) for r in requests)
+                ops = _by_op(requests[-1]).items()
+                out[f"{mode}_{n}_ops"] = ", ".join(f"{op} x{k}" if k > 1 else op for op, k in ops)
+                slow = [busy_ms(rs, {"Query", "ListObjectsV2"}) for rs in requests]
+                out[f"{mode}_{n}_scan_ms"] = median(slow)
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything, against the tree this script runs in."""
+    from tests.deploy.serve_stack import _aws_environment
+
+    _aws_environment()
+    # moto's interpreter logs an error for each optional JSONPath of the ASL it does not find.
+    logging.getLogger("moto.stepfunctions").setLevel(logging.CRITICAL)
+    SETTINGS.deltas, SETTINGS.interval, SETTINGS.first = args.deltas, args.interval_ms / 1000, args.ttft
+    SETTINGS.per_step = calibrate(args.steps, args.chunks)
+    SETTINGS.steps, SETTINGS.rate, SETTINGS.ttft = args.steps, args.rate, args.ttft
+    overrides = {"Agent": "_deployed:build_agent", "ModelId": "demo", "AuthMode": "none"}
+    with contextlib.redirect_stdout(io.StringIO()), Metered(overrides) as metered:  # the handlers log to stdout
+        for fn in metered.stack.functions.values():
+            fn.env.update(dict(kv.split("=", 1) for kv in args.env))
+        results: dict[str, Any] = {}
+        if "latency" in args.parts:
+            results["latency"] = latency(metered, args.turns)
+        if "cost" in args.parts:
+            results["cost"] = cost(metered)
+        if "resume" in args.parts:
+            results["resume"] = resume(metered, args.reps)
+    results["memory"] = {fn.logical_id: fn.memory for fn in metered.stack.functions.values()}
+    return results
+
+
+def calibrate(steps: int, total: int) -> list[int]:
+    """Deltas per step so that the cost run's log holds exactly ``total`` chunks."""
+    from durable_harness.messages import TextPart, UserMessage
+    from durable_harness.runner.runner import Runner
+    from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
+
+    async def count(deltas: int) -> int:
+        SETTINGS.steps, SETTINGS.per_step, SETTINGS.rate, SETTINGS.ttft = steps, [deltas] * steps, 1e9, 0.0
+        log = MemoryChunkLog()
+        runner = Runner(_deployed.build_agent(), MemoryCheckpointStore(), log)
+        run_id = runner.create_run([UserMessage(content=[TextPart(text="cost")])]).run_id
+        await runner.run(run_id)
+        return log.count(run_id)
+
+    overhead = asyncio.run(count(1)) - steps
+    per, extra = divmod(total - overhead, steps)
+    return [per] * (steps - 1) + [per + extra]
+
+
+# --- the baseline -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def baseline_tree(rev: str) -> Iterator[Path]:
+    """The tree of ``rev`` (git archive) with this script and its helpers copied into its bench/."""
+    with tempfile.TemporaryDirectory(prefix="dh-baseline-") as tmp:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for name in ("deployed_wiring.py", "_deployed.py", "_common.py", "relay_latency.py"):
+            shutil.copy(REPO / "bench" / name, Path(tmp) / "bench" / name)
+        yield Path(tmp)
+
+
+def measure_baseline(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.baseline == "none":
+        return None
+    with baseline_tree(args.baseline) as tree, tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = [sys.executable, str(tree / "bench" / "deployed_wiring.py"), "--child", out.name, *args.passed]
+        env = {**__import__("os").environ, "PYTHONPATH": f"{tree / 'layers' / 'harness'}:{tree}"}
+        done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"baseline {args.baseline}: failed, measured nothing\n{done.stderr[-2000:]}", file=sys.stderr)
+            return None
+        result: dict[str, Any] = json.loads(Path(out.name).read_text())
+        return result
+
+
+# --- reporting ----------------------------------------------------------------------------------------
+
+
+def report(new: dict[str, Any], old: dict[str, Any] | None, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Print the tables; the result rows."""
+
+    def both(key: str, part: str, fmt: str = "{:.1f}") -> list[str]:
+        return [fmt.format(x[part][key]) if x else "-" for x in (old, new)]
+
+    lat, cost_, res = new["latency"], new["cost"], new["resume"]
+    print(f"deployed_wiring: {machine()}")
+    print(price_banner())
+    print(f"baseline: {args.baseline} (the same script against that tree); new: this tree\n")
+    print(f"1. latency: {args.turns} turns per path after a warm-up; the model takes {args.ttft:g} s to its first "
+          f"token, then {args.deltas} deltas every {args.interval_ms:g} ms")  # fmt: skip
+    rows = [
+        ["time to first chunk p50, deployed (ms)", *both("ttfc_deployed", "latency")],
+        ["  of which: model's first delta after the POST (start-up)", *both("startup_deployed", "latency")],
+        ["  of which: first delta's way through the log", *both("first_chunk_deployed", "latency")],
+        ["time to first chunk p50, direct (ms)", *both("ttfc_direct", "latency")],
+        ["per-chunk latency p50 / p99, deployed (ms)",
+         *[f"{x['latency']['chunk_p50_deployed']:.1f} / {x['latency']['chunk_p99_deployed']:.1f}" if x else "-"
+           for x in (old, new)]],
+        ["per-chunk latency p50 / p99, direct (ms)",
+         *[f"{x['latency']['chunk_p50_direct']:.2f} / {x['latency']['chunk_p99_direct']:.2f}" if x else "-"
+           for x in (old, new)]],
+    ]  # fmt: skip
+    print(table(["", "baseline", "new"], rows))
+    c_old = old["cost"] if old else None
+    print(f"\n2. a {len(SETTINGS.per_step)}-step run of {cost_['chunks']:,} chunks at {args.rate:g} deltas/s, "
+          f"{args.ttft:g} s to first token per step; streamed {cost_['streamed_s']:.1f} s")  # fmt: skip
+    items = list(dict.fromkeys([*(c_old["rows"] if c_old else {}), *cost_["rows"]]))
+    rows = [[k, f"${c_old['rows'][k]:.6f}" if c_old and k in c_old["rows"] else "-",
+             f"${cost_['rows'][k]:.6f}" if k in cost_["rows"] else "-"] for k in items]  # fmt: skip
+    rows.append(["total", f"${c_old['total']:.6f}" if c_old else "-", f"${cost_['total']:.6f}"])
+    print(table(["item", "baseline", "new"], rows))
+    for name, x in (("baseline", c_old), ("new", cost_)):
+        if x:
+            print(f"  {name} requests: " + ", ".join(f"{op} {n:g}" for op, n in x["by_op"].items()))
+            print(f"  {name}: {x['flushes']} flushes, {x['writes_per_flush']:.2f} writes each; "
+                  f"{x['log_requests']} chunk-log requests in all")  # fmt: skip
+    print(f"\n3. resume at the tail (GET ?startIndex=-5) of finished runs; median of {args.reps}")
+    r_old = old["resume"] if old else None
+    rows = []
+    for mode in ("cold", "warm"):
+        for n in (1_000, 100_000):
+            rows.append([f"{mode}, {n:,} chunks",
+                         *[f"{x[f'{mode}_{n}_ms']:.1f} ms ({x[f'{mode}_{n}_ms'] - x[f'{mode}_{n}_scan_ms']:.1f} net), "
+                           f"{x[f'{mode}_{n}_requests']} requests: {x[f'{mode}_{n}_ops']}"
+                           if x else "-" for x in (r_old, res)]])  # fmt: skip
+    print(table(["resume", "baseline", "new"], rows))
+    print(
+        "  net: without the time in Query (new) or ListObjectsV2 (baseline). moto answers both by walking (and "
+        "sorting) every item of the table or key of the bucket, here those of all the runs so far; DynamoDB and "
+        "S3 read only the partition or key range asked for."
+    )
+
+    added_first = lat["ttfc_deployed"] - lat["ttfc_direct"]
+    added_p50 = lat["chunk_p50_deployed"] - lat["chunk_p50_direct"]
+    added_p99 = lat["chunk_p99_deployed"] - lat["chunk_p99_direct"]
+    requests = max(res[f"{m}_{n}_requests"] for m in ("cold", "warm") for n in (1_000, 100_000))
+    ratios = [res[f"{m}_100000_ms"] / res[f"{m}_1000_ms"] for m in ("cold", "warm")]
+    adjusted = [(res[f"{m}_100000_ms"] - res[f"{m}_100000_scan_ms"]) / (res[f"{m}_1000_ms"] - res[f"{m}_1000_scan_ms"])
+                for m in ("cold", "warm")]  # fmt: skip
+    today_per_second = old["cost"]["per_second"] if old else TODAY_PER_SECOND
+    result_rows = [
+        ("added per-chunk latency p50 (deployed)", "<= 60 ms", f"{added_p50:+.1f} ms", added_p50 <= 60),
+        ("added per-chunk latency p99 (deployed)", "<= 150 ms", f"{added_p99:+.1f} ms", added_p99 <= 150),
+        ("added time to first chunk p50 (deployed)", "<= 80 ms",
+         f"{added_first:+.1f} ms ({lat['first_chunk_deployed']:.1f} ms of it through the log)", added_first <= 80),
+        ("storage writes per flush", "1", f"{cost_['writes_per_flush']:.2f}", cost_["writes_per_flush"] <= 1.0),
+        ("flushes per second per run", "<= 20", f"max {cost_['max_flushes_1s']} in any 1 s "
+         f"(mean {cost_['mean_flushes_s']:.1f}/s)", cost_["max_flushes_1s"] <= 20),
+        ("10-step 2,000-chunk run at 100 deltas/s, all-in", "<= $0.0012", f"${cost_['total']:.5f}",
+         cost_["total"] <= 0.0012),
+        ("cost per second of streaming", f"<= ${today_per_second / 2:.7f} (half of today)",
+         f"${cost_['per_second']:.7f}", cost_["per_second"] <= today_per_second / 2),
+        ("tail resume over HTTP, cold or warm: AWS requests", "<= 2", str(requests), requests <= 2),
+        ("tail resume 100k/1k time ratio", "<= 1.2", f"cold x{adjusted[0]:.2f}, warm x{adjusted[1]:.2f} outside "
+         f"moto's Query/LIST (raw x{ratios[0]:.2f} / x{ratios[1]:.2f})", max(adjusted) <= 1.2),
+    ]  # fmt: skip
+    print("\ntargets (issue 10):")
+    print(table(["metric", "target", "measured", ""], [[m, t, v, verdict(ok)] for m, t, v, ok in result_rows]))
+    if old:
+        print(f"\nbaseline for the same rows: added per-chunk p50 "
+              f"{old['latency']['chunk_p50_deployed'] - old['latency']['chunk_p50_direct']:+.1f} ms, p99 "
+              f"{old['latency']['chunk_p99_deployed'] - old['latency']['chunk_p99_direct']:+.1f} ms; added TTFC "
+              f"{old['latency']['ttfc_deployed'] - old['latency']['ttfc_direct']:+.1f} ms; writes per flush "
+              f"{old['cost']['writes_per_flush']:.2f}; max flushes in 1 s {old['cost']['max_flushes_1s']}; run "
+              f"${old['cost']['total']:.5f}; per second ${old['cost']['per_second']:.7f}")  # fmt: skip
+    return [{"metric": m, "target": t, "measured": v, "met": ok} for m, t, v, ok in result_rows]
+
+
+def main() -> None:
+    """Measure the baseline (subprocess), then this tree; print and save the figures."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=5, help="latency turns per path (after one warm-up)")
+    parser.add_argument("--deltas", type=int, default=100, help="text deltas per latency turn")
+    parser.add_argument("--interval-ms", type=float, default=10.0, help="between latency deltas")
+    parser.add_argument("--chunks", type=int, default=2000, help="chunks of the cost run")
+    parser.add_argument("--steps", type=int, default=10, help="steps of the cost run")
+    parser.add_argument("--rate", type=float, default=100.0, help="deltas per second of the cost run")
+    parser.add_argument("--ttft", type=float, default=0.2, help="the model's seconds to first token (each step)")
+    parser.add_argument("--reps", type=int, default=10, help="resumes per case")
+    parser.add_argument("--baseline", default=BASELINE, help="git revision measured as the baseline, or none")
+    parser.add_argument("--json", type=Path, default=RESULTS, help="where to write the result rows")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for every function, e.g. STREAM_FLUSH_SECONDS=0.05",
+    )
+    parser.add_argument("--parts", default="latency,cost,resume", help="what to measure (comma-separated)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # measure only, write the raw figures here
+    args = parser.parse_args()
+    args.passed = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
+                   ("turns", "deltas", "interval_ms", "chunks", "steps", "rate", "ttft", "reps")]  # fmt: skip
+    args.parts = set(args.parts.split(","))
+    if args.child:
+        Path(args.child).write_text(json.dumps(measure(args)))
+        return
+    old = measure_baseline(args)
+    new = measure(args)
+    rows = report(new, old, args)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
