@@ -142,23 +142,26 @@ def cost(metered: Metered) -> dict[str, Any]:
     requests = list(meter.requests)
     memory = {fn.logical_id: fn.memory for fn in stack.functions.values()}
     slice_s = sum(seconds for name, seconds in metered.invocations if name == "SliceFunction")
-    d = _dollars(meter)
+    log_meter, record_meter = RequestMeter(), RequestMeter()
+    log_meter.requests = [r for r in requests if is_log_request(r)]
+    record_meter.requests = [r for r in requests if not is_log_request(r)]
+    log_d, record_d = _dollars(log_meter), _dollars(record_meter)
     compute_slice = memory["SliceFunction"] / 1024 * slice_s * PRICES["lambda_gb_s_arm64"]
     compute_chat = memory["ChatFunction"] / 1024 * streamed * PRICES["lambda_gb_s_arm64"]
     invocations = len(metered.invocations) + 1
     events = sum(1 for r in requests if r.op == "PutEvents")
     rows = {
-        "S3 PUT/LIST": d["s3_put"], "S3 GET": d["s3_get"],
-        "DynamoDB writes (WRU)": d["ddb_write"], "DynamoDB reads (RRU)": d["ddb_read"],
-        f"Step Functions: {transitions} transitions": transitions * PRICES["sfn_transition_per_1k"] / 1000,
-        f"Lambda slice: {memory['SliceFunction']} MB x {slice_s:.1f} s": compute_slice,
-        f"Lambda chat (streams the response): {memory['ChatFunction']} MB x {streamed:.1f} s": compute_chat,
-        f"Lambda requests: {invocations}": invocations * PRICES["lambda_request_per_m"] / 1e6,
-        f"EventBridge: {events} PutEvents (${EVENTBRIDGE_PER_M:.2f}/million)": events * EVENTBRIDGE_PER_M / 1e6,
-    }  # fmt: skip
-    log_meter = RequestMeter()
-    log_meter.requests = [r for r in requests if is_log_request(r)]
-    per_second = (sum(_dollars(log_meter).values()) + compute_slice + compute_chat) / streamed
+        "chunk log: S3 requests": log_d["s3_put"] + log_d["s3_get"],
+        "chunk log: DynamoDB writes (WRU)": log_d["ddb_write"],
+        "chunk log: DynamoDB reads (RRU)": log_d["ddb_read"],
+        "run records (checkpoints): DynamoDB and S3": sum(record_d.values()),
+        "Step Functions transitions": transitions * PRICES["sfn_transition_per_1k"] / 1000,
+        "Lambda slice function (GB-s)": compute_slice,
+        "Lambda chat function while it streams (GB-s)": compute_chat,
+        "Lambda requests": invocations * PRICES["lambda_request_per_m"] / 1e6,
+        f"EventBridge PutEvents (${EVENTBRIDGE_PER_M:.2f}/million)": events * EVENTBRIDGE_PER_M / 1e6,
+    }
+    per_second = (sum(log_d.values()) + compute_slice + compute_chat) / streamed
     writes = [r for r in requests if r.label.endswith("|append") and r.op in ("PutItem", "UpdateItem", "PutObject")]
     times = sorted(t for t, _ in metered.flushes)
     window = max((sum(1 for u in times if t - 1.0 < u <= t) for t in times), default=0)
@@ -168,7 +171,8 @@ def cost(metered: Metered) -> dict[str, Any]:
         "writes_per_flush": len(writes) / max(1, len(times)), "max_flushes_1s": window,
         "mean_flushes_s": (len(times) - 1) / max(times[-1] - times[0], 1e-9) if len(times) > 1 else 0.0,
         "by_op": _by_op(requests),
-        "log_requests": len(log_meter.requests), "transitions": transitions,
+        "log_requests": len(log_meter.requests), "transitions": transitions, "invocations": invocations,
+        "memory": memory, "events": events,
     }  # fmt: skip
 
 
@@ -342,6 +346,9 @@ def report(new: dict[str, Any], old: dict[str, Any] | None, args: argparse.Names
     print(table(["item", "baseline", "new"], rows))
     for name, x in (("baseline", c_old), ("new", cost_)):
         if x:
+            print(f"  {name}: slice function {x['memory']['SliceFunction']} MB x {x['slice_s']:.1f} s, chat function "
+                  f"{x['memory']['ChatFunction']} MB x {x['streamed_s']:.1f} s; {x['transitions']} state transitions; "
+                  f"{x['invocations']} Lambda requests; {x['events']} events")  # fmt: skip
             print(f"  {name} requests: " + ", ".join(f"{op} {n:g}" for op, n in x["by_op"].items()))
             print(f"  {name}: {x['flushes']} flushes, {x['writes_per_flush']:.2f} writes each; "
                   f"{x['log_requests']} chunk-log requests in all")  # fmt: skip
