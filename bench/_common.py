@@ -204,7 +204,7 @@ class RequestMeter:
         split by item (``UpdateItem run`` for the run record, ``UpdateItem log`` for the log head)."""
         out: dict[str, dict[str, float]] = defaultdict(lambda: {"n": 0, "sent": 0, "received": 0, "wru": 0, "rru": 0})
         for r in list(self.requests):
-            row = out[f"{r.op} {r.item}".strip() if items else r.op]
+            row = out[f"{r.op} {item_kind(r)}".strip() if items else r.op]
             row["n"] += 1
             row["sent"] += r.sent
             row["received"] += r.received
@@ -282,6 +282,16 @@ class RequestMeter:
             entry.rru = float(units) if payload.get("ConsistentRead") else units / 2
         else:
             entry.wru = float(max(1, math.ceil(max(before, after) / 1024)))
+
+
+def item_kind(request: Request) -> str:
+    """What a request touched: ``run`` (record), ``chunk item``, ``log`` (the previous log head), an S3
+    ``segment`` or ``state`` object; empty when nothing in particular (a Query, a listing)."""
+    if request.item.startswith("c#"):
+        return "chunk item"
+    if request.service == "s3":
+        return "segment" if "/seg/" in request.item else "state" if "/state/" in request.item else ""
+    return request.item
 
 
 def ddb_item_size(item: dict[str, Any]) -> int:

@@ -45,7 +45,20 @@ from typing import Any
 
 import _deployed
 import httpx
-from _common import PRICES, REPO, RequestMeter, busy_ms, machine, median, pct, price_banner, serve, table, verdict
+from _common import (
+    PRICES,
+    REPO,
+    RequestMeter,
+    busy_ms,
+    item_kind,
+    machine,
+    median,
+    pct,
+    price_banner,
+    serve,
+    table,
+    verdict,
+)
 from _deployed import EMITTED, SETTINGS, Metered, build_finished_run
 
 BASELINE = "ac6721e"
@@ -180,12 +193,7 @@ def _by_op(requests: list[Any]) -> dict[str, int]:
     """Requests by operation and item kind (run record, chunk-log item or head, S3 object kind)."""
     counted: dict[str, int] = {}
     for r in requests:
-        kind = r.item
-        if kind.startswith("c#"):
-            kind = "chunk item"
-        elif r.service == "s3":
-            kind = "segment" if "/seg/" in kind else "state" if "/state/" in kind else ""
-        key = f"{r.op} {kind}".strip()
+        key = f"{r.op} {item_kind(r)}".strip()
         counted[key] = counted.get(key, 0) + 1
     return dict(sorted(counted.items()))
 
