@@ -225,7 +225,7 @@ def main() -> None:
         "  at other paces (projection: flushes = 10/s while streaming, 1,000 chunks take 1000/rate s): "
         + ", ".join(
             f"{r:g}/s -> {min(1000, 10 * 1000 / r):.0f} flushes, "
-            f"${min(1000, 10 * 1000 / r) * (PRICES['s3_put_per_1k'] / 1000 + PRICES['ddb_wru_per_m'] / 1e6):.5f}"
+            f"${min(1000, 10 * 1000 / r) * PRICES['ddb_wru_per_m'] / 1e6:.5f}"
             for r in (25, 50, 200, 1000)
         )
     )
