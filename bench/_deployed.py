@@ -7,7 +7,9 @@
   of the functions' clients counted and labelled (which function, inside which chunk-log append),
   slice invocations timed, chunk-log appends (flushes) recorded;
 * :func:`build_finished_run`: a finished run of ``n`` chunks written straight into moto, in the
-  layout of whichever chunk log the tree has (this script also measures the previous tree).
+  layout of whichever chunk log the tree has (this script also measures the previous tree);
+* :func:`is_log_request`, :func:`by_op`: which requests are the chunk log's, and a count by kind;
+* :func:`calibrate`: deltas per step for a cost run of an exact number of chunks.
 
 Works against the current tree and the baseline tree alike: it only uses what both have.
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-from _common import RequestMeter
+from _common import RequestMeter, item_kind
 
 EMITTED: dict[str, float] = {}
 """``perf_counter()`` when the model emitted each latency delta, by ``<tag>:<i>``."""
@@ -236,3 +238,40 @@ def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, 
     store = DynamoCheckpointStore(table, client=stack.client("dynamodb"), s3_client=stack.client("s3"), bucket=bucket)
     store.create(Checkpoint(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished",
                             principal=principal))  # fmt: skip
+
+
+def is_log_request(request: Any) -> bool:
+    """A request of the chunk log (its items, head or segments), as opposed to run records."""
+    if request.service == "dynamodb":
+        return request.op == "Query" or request.item == "log" or request.item.startswith("c#")
+    if request.service == "s3":
+        return request.op == "ListObjectsV2" or "/seg/" in request.item
+    return False
+
+
+def by_op(requests: list[Any]) -> dict[str, int]:
+    """Requests by operation and item kind (run record, chunk-log item or head, S3 object kind)."""
+    counted: dict[str, int] = {}
+    for r in requests:
+        key = f"{r.op} {item_kind(r)}".strip()
+        counted[key] = counted.get(key, 0) + 1
+    return dict(sorted(counted.items()))
+
+
+def calibrate(steps: int, total: int) -> list[int]:
+    """Deltas per step so that the cost run's log holds exactly ``total`` chunks."""
+    from durable_harness.messages import TextPart, UserMessage
+    from durable_harness.runner.runner import Runner
+    from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
+
+    async def count(deltas: int) -> int:
+        SETTINGS.steps, SETTINGS.per_step, SETTINGS.rate, SETTINGS.ttft = steps, [deltas] * steps, 1e9, 0.0
+        log = MemoryChunkLog()
+        runner = Runner(build_agent(), MemoryCheckpointStore(), log)
+        run_id = runner.create_run([UserMessage(content=[TextPart(text="cost")])]).run_id
+        await runner.run(run_id)
+        return log.count(run_id)
+
+    overhead = asyncio.run(count(1)) - steps
+    per, extra = divmod(total - overhead, steps)
+    return [per] * (steps - 1) + [per + extra]

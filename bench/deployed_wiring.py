@@ -29,7 +29,6 @@ measured, met).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import io
 import json
@@ -50,7 +49,6 @@ from _common import (
     REPO,
     RequestMeter,
     busy_ms,
-    item_kind,
     machine,
     median,
     pct,
@@ -59,7 +57,7 @@ from _common import (
     table,
     verdict,
 )
-from _deployed import EMITTED, SETTINGS, Metered, build_finished_run
+from _deployed import EMITTED, SETTINGS, Metered, build_finished_run, by_op, calibrate, is_log_request
 
 BASELINE = "ac6721e"
 """The tree before issue 10's chunk log: what the issue's "today" figures describe."""
@@ -125,15 +123,6 @@ def latency(metered: Metered, turns: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def is_log_request(request: Any) -> bool:
-    """A request of the chunk log (its items, head or segments), as opposed to run records."""
-    if request.service == "dynamodb":
-        return request.op == "Query" or request.item == "log" or request.item.startswith("c#")
-    if request.service == "s3":
-        return request.op == "ListObjectsV2" or "/seg/" in request.item
-    return False
-
-
 def cost(metered: Metered) -> dict[str, Any]:
     """The 10-step run through the stack; its requests, flushes and dollars."""
     stack, meter = metered.stack, metered.meter
@@ -183,19 +172,10 @@ def cost(metered: Metered) -> dict[str, Any]:
         "total": sum(rows.values()), "per_second": per_second, "flushes": len(times),
         "writes_per_flush": len(writes) / max(1, len(times)), "max_flushes_1s": window,
         "mean_flushes_s": (len(times) - 1) / max(times[-1] - times[0], 1e-9) if len(times) > 1 else 0.0,
-        "by_op": _by_op(requests),
+        "by_op": by_op(requests),
         "log_requests": len(log_meter.requests), "transitions": transitions, "invocations": invocations,
         "memory": memory, "events": events,
     }  # fmt: skip
-
-
-def _by_op(requests: list[Any]) -> dict[str, int]:
-    """Requests by operation and item kind (run record, chunk-log item or head, S3 object kind)."""
-    counted: dict[str, int] = {}
-    for r in requests:
-        key = f"{r.op} {item_kind(r)}".strip()
-        counted[key] = counted.get(key, 0) + 1
-    return dict(sorted(counted.items()))
 
 
 def _dollars(meter: RequestMeter) -> dict[str, float]:
@@ -243,7 +223,7 @@ def resume(metered: Metered, reps: int) -> dict[str, Any]:
                 out[f"{mode}_{n}_ms"] = median(times[n])
                 out[f"{mode}_{n}_net_ms"] = median(nets[n])
                 out[f"{mode}_{n}_requests"] = max(len(r) for r in requests[n])
-                ops = _by_op(requests[n][-1]).items()
+                ops = by_op(requests[n][-1]).items()
                 out[f"{mode}_{n}_ops"] = ", ".join(f"{op} x{k}" if k > 1 else op for op, k in ops)
     return out
 
@@ -273,25 +253,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def calibrate(steps: int, total: int) -> list[int]:
-    """Deltas per step so that the cost run's log holds exactly ``total`` chunks."""
-    from durable_harness.messages import TextPart, UserMessage
-    from durable_harness.runner.runner import Runner
-    from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
-
-    async def count(deltas: int) -> int:
-        SETTINGS.steps, SETTINGS.per_step, SETTINGS.rate, SETTINGS.ttft = steps, [deltas] * steps, 1e9, 0.0
-        log = MemoryChunkLog()
-        runner = Runner(_deployed.build_agent(), MemoryCheckpointStore(), log)
-        run_id = runner.create_run([UserMessage(content=[TextPart(text="cost")])]).run_id
-        await runner.run(run_id)
-        return log.count(run_id)
-
-    overhead = asyncio.run(count(1)) - steps
-    per, extra = divmod(total - overhead, steps)
-    return [per] * (steps - 1) + [per + extra]
-
-
 # --- the baseline -------------------------------------------------------------------------------------
 
 
@@ -307,6 +268,7 @@ def baseline_tree(rev: str) -> Iterator[Path]:
 
 
 def measure_baseline(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The figures of the ``--baseline`` tree (a subprocess in a ``git archive`` of it), or None."""
     if args.baseline == "none":
         return None
     with baseline_tree(args.baseline) as tree, tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -395,7 +357,8 @@ def report(new: dict[str, Any], old: dict[str, Any] | None, args: argparse.Names
         ("storage writes per flush", "1", f"{cost_['writes_per_flush']:.2f}", cost_["writes_per_flush"] <= 1.0),
         ("flushes per second per run", "<= 20", f"max {cost_['max_flushes_1s']} in any 1 s "
          f"(mean {cost_['mean_flushes_s']:.1f}/s)", cost_["max_flushes_1s"] <= 20),
-        ("10-step 2,000-chunk run at 100 deltas/s, all-in", "<= $0.0012", f"${cost_['total']:.5f}",
+        (f"{args.steps}-step {cost_['chunks']:,}-chunk run at {args.rate:g} deltas/s, all-in", "<= $0.0012",
+         f"${cost_['total']:.5f}",
          cost_["total"] <= 0.0012),
         ("cost per second of streaming", f"<= ${today_per_second / 2:.7f} (half of today)",
          f"${cost_['per_second']:.7f}", cost_["per_second"] <= today_per_second / 2),

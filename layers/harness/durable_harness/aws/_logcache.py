@@ -1,19 +1,26 @@
-"""The chunk log reader's cache of committed appends (immutable once committed) and their boundaries.
+"""What the chunk log's reader keeps: committed appends and their boundaries, and writers' pace.
 
 An append's chunks never change once committed, so a process that has read (or written) them
-keeps them: a follower, or a second client resuming the same run, reads only what is new.
+keeps them: a follower, or a second client resuming the same run, reads only what is new. And the
+send times of the appends it read tell a follower when the next one is due.
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_right, insort
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 
-__all__ = ["SegmentCache"]
+__all__ = ["Cadence", "SegmentCache"]
 
 _BOUND_RUNS = 1024
 _BOUNDS_PER_RUN = 4096
+_CADENCE_ITEMS = 6  # appends whose send times estimate a writer's pace (the median gap)
+_CADENCE_RUNS = 256
+_MIN_PERIOD, _MAX_PERIOD = 0.01, 1.0
+_COMMIT_MARGIN = 0.01
+"""Seconds from a writer sending an append to DynamoDB having committed it (a few ms at p50)."""
 
 
 class SegmentCache:
@@ -89,3 +96,36 @@ class SegmentCache:
             return True
         with self._lock:
             return index in self._bounds.get(run_id, ())
+
+
+class Cadence:
+    """The send times of the last appends read, per run (bounded), and what they predict."""
+
+    def __init__(self) -> None:
+        """Know nothing yet."""
+        self._lock = threading.Lock()
+        self._sent: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def note(self, run_id: str, times: Sequence[float]) -> None:
+        """Record the send times (epoch seconds, ascending) of appends just read."""
+        if not times:
+            return
+        with self._lock:
+            sent = self._sent.get(run_id)
+            if sent is None:
+                sent = self._sent[run_id] = deque(maxlen=_CADENCE_ITEMS)
+                if len(self._sent) > _CADENCE_RUNS:
+                    self._sent.popitem(last=False)
+            self._sent.move_to_end(run_id)
+            sent.extend(t for t in times if not sent or t > sent[-1])
+
+    def next_commit(self, run_id: str) -> float | None:
+        """The last send time plus the median gap and a commit margin; None before two appends."""
+        with self._lock:
+            sent = self._sent.get(run_id)
+            if sent is None or len(sent) < 2:
+                return None
+            gaps = sorted(b - a for a, b in zip(sent, list(sent)[1:], strict=False))
+            last = sent[-1]
+        period = min(max(gaps[len(gaps) // 2], _MIN_PERIOD), _MAX_PERIOD)
+        return last + period + _COMMIT_MARGIN

@@ -34,7 +34,6 @@ import re
 import secrets
 import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -44,7 +43,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..errors import FencedError, LogConflictError, StorageError
 from ..storage.memory import check_chunks, check_read_args
 from ._errors import aws_errors, error_code, error_item, translate
-from ._logcache import SegmentCache
+from ._logcache import Cadence, SegmentCache
 from ._logitems import FIRST_KEY, LAST_KEY, MAX_INDEX, LogItem, decode_chunks, encode_chunks, sort_key
 
 __all__ = ["DynamoChunkLog"]
@@ -52,11 +51,6 @@ __all__ = ["DynamoChunkLog"]
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _OPEN_ATTEMPTS = 20
 _CONDITION = "attribute_not_exists(pk) OR (#n = :zero AND #e <= :e)"
-_CADENCE_ITEMS = 6  # appends whose send times estimate a writer's pace (the median gap)
-_CADENCE_RUNS = 256
-_MIN_PERIOD, _MAX_PERIOD = 0.01, 1.0
-_COMMIT_MARGIN = 0.01
-"""Seconds from a writer sending an append to DynamoDB having committed it (a few ms at p50)."""
 _NAMES = {"#n": "n", "#e": "e"}
 
 
@@ -101,8 +95,7 @@ class DynamoChunkLog:
         # Per run, (epoch, end) as this object last wrote the log: an append there needs no read.
         # Dropped on any error, so a lost reply can never leave it wrong.
         self._writers: dict[str, tuple[int, int]] = {}
-        # Per run, when the last few appends this object read were sent (for next_commit).
-        self._sent: OrderedDict[str, deque[float]] = OrderedDict()
+        self._cadence = Cadence()
 
     # --- the port ----------------------------------------------------------------------------------
 
@@ -210,14 +203,7 @@ class DynamoChunkLog:
         that polls blindly. ``None`` until two appends were seen; the time may be past (the
         writer paused: the model thinks, a tool runs), which the caller treats as unknown.
         """
-        with self._lock:
-            sent = self._sent.get(run_id)
-            if sent is None or len(sent) < 2:
-                return None
-            gaps = sorted(b - a for a, b in zip(sent, list(sent)[1:], strict=False))
-            last = sent[-1]
-        period = min(max(gaps[len(gaps) // 2], _MIN_PERIOD), _MAX_PERIOD)
-        return last + period + _COMMIT_MARGIN
+        return self._cadence.next_commit(run_id)
 
     def close(self) -> None:
         """Stop the reader's worker threads (a later read starts them again)."""
@@ -374,7 +360,7 @@ class DynamoChunkLog:
             fetched = dict(zip(spilled, self._executor().map(lambda i: self._fetch(run_id, i), spilled), strict=True))
         else:
             fetched = {i: self._fetch(run_id, i) for i in spilled}
-        self._note_sent(run_id, items)
+        self._cadence.note(run_id, [i.at for i in items if i.at is not None])
         expected = items[0].start
         if expected > pos:
             raise StorageError(f"run {run_id!r}: chunk log has no item holding chunk {pos}")
@@ -388,19 +374,6 @@ class DynamoChunkLog:
             if high > low:
                 out.extend(chunks[low:high])
             expected = item.end
-
-    def _note_sent(self, run_id: str, items: list[LogItem]) -> None:
-        times = [i.at for i in items if i.at is not None]
-        if not times:
-            return
-        with self._lock:
-            sent = self._sent.get(run_id)
-            if sent is None:
-                sent = self._sent[run_id] = deque(maxlen=_CADENCE_ITEMS)
-                if len(self._sent) > _CADENCE_RUNS:
-                    self._sent.popitem(last=False)
-            self._sent.move_to_end(run_id)
-            sent.extend(t for t in times if not sent or t > sent[-1])
 
     def _fetch(self, run_id: str, item: LogItem) -> tuple[str, ...]:
         """A spilled append's chunks, from its S3 object (cached: committed appends never change)."""
