@@ -112,7 +112,8 @@ def read_tail(log: ChunkLog, run_id: str, n: int) -> tuple[int, list[str]]:
     if isinstance(log, TailReader):
         return log.tail(run_id, n)
     count = log.count(run_id)
-    return count, log.read(run_id, max(0, count - n)) if n else []
+    start = max(0, count - n)
+    return count, log.read(run_id, start, count - start) if n else []
 
 
 @runtime_checkable

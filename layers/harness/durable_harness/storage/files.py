@@ -177,7 +177,9 @@ class FileChunkLog:
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         count = self.count(run_id)
-        return count, self.read(run_id, max(0, count - n), n) if n else []
+        start = max(0, count - n)
+        # Bounded by the count just read: chunks appended since then are not part of this tail.
+        return count, self.read(run_id, start, count - start) if n else []
 
     # --- paths, locks, errors ----------------------------------------------------------------------
 
