@@ -6,8 +6,8 @@ signature; only a valid signature lets the tool run, so a client can never appro
 server did not ask.
 
 The secret comes from an environment variable or from AWS Secrets Manager (read by
-:mod:`.secrets`: Powertools Parameters, cached). It is never logged, stored in run state, written
-to chunks or put in errors.
+:mod:`.secretsmanager`: Powertools Parameters, cached). It is never logged, stored in run state,
+written to chunks or put in errors.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .secrets import DEFAULT_MAX_AGE, read_secret
+from .secretsmanager import DEFAULT_MAX_AGE, read_secret
 
 SIGNATURE_VERSION = "ai-sdk-tool-approval-v1"
 DEFAULT_SECRET_ENV = "TOOL_APPROVAL_SECRET"

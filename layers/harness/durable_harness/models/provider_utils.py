@@ -30,7 +30,7 @@ from ..messages import (
 from ..protocol import harness_parts as hp
 from ..protocol.sse import SSEParser
 from ..protocol.wire import compact_json
-from ..secrets import DEFAULT_MAX_AGE, read_secret
+from ..secretsmanager import DEFAULT_MAX_AGE, read_secret
 
 logger = logging.getLogger(__name__)
 
@@ -241,8 +241,8 @@ class ApiKey:
 
     In order: the key given to the model (``api_key=``); the Secrets Manager secret whose ARN is in
     ``<env_var>_SECRET_ARN`` (deployed: the template's ``<Provider>ApiKeySecretArn``), read through
-    :func:`~durable_harness.secrets.read_secret` and cached for ``max_age`` seconds, so a rotated
-    key is picked up without a redeploy; the environment variable ``env_var`` (local runs).
+    :func:`~durable_harness.secretsmanager.read_secret` and cached for ``max_age`` seconds, so a
+    rotated key is picked up without a redeploy; the environment variable ``env_var`` (local runs).
 
     The secret holds the key itself as plain text. The key is never logged, and ``repr`` never
     shows it; reading failures become :class:`ModelError`, retryable when Secrets Manager was

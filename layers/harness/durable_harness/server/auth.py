@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ..errors import InvalidRequestError
-from ..secrets import read_secret
+from ..secretsmanager import read_secret
 
 ANONYMOUS = "anonymous"
 

@@ -1,4 +1,4 @@
-"""Reading secrets (durable_harness.secrets): Powertools Parameters against moto's Secrets Manager.
+"""Reading secrets (durable_harness.secretsmanager): Powertools Parameters against moto.
 
 Each test gets a fresh Powertools secrets provider (an empty cache) on a client without retries,
 so that injected faults (tests/aws/conftest.py's :class:`Fault`, on botocore's ``before-send``)
@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
 from botocore.config import Config
 from durable_harness.errors import FatalError, RetryableError, SecretError, SecretUnavailableError
-from durable_harness.secrets import read_secret
+from durable_harness.secretsmanager import read_secret
 
 from tests.aws.conftest import REGION, Fault
 
