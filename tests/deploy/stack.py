@@ -57,6 +57,7 @@ import boto3
 import botocore.client
 from moto import mock_aws
 from moto.awslambda.models import LambdaFunction
+from moto.secretsmanager.models import secretsmanager_backends
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_sfn
 
 from .cfn import NO_VALUE, ROOT, Resolver, function_properties, load_template
@@ -392,6 +393,11 @@ class MotoStack:
         with _invoke_lock, mock.patch.dict(os.environ, fn.env):
             yield fn.env
 
+    def secret_arn(self, secret_id: str) -> str:
+        """The full ARN IAM authorizes a request on ``secret_id`` (a name, partial or full ARN) against."""
+        secret = secretsmanager_backends[ACCOUNT][REGION].secrets.get(secret_id)
+        return str(secret.arn) if secret is not None else secret_id
+
     def functions_by_name_arn(self, name: str) -> str:
         """The ARN of a function given its name."""
         return self.by_name[name].arn if name in self.by_name else f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
@@ -556,5 +562,5 @@ def iam_request(
         fn = name if name.startswith("arn:") else stack.functions_by_name_arn(name)
         return [action], [fn]
     if prefix == "secretsmanager":
-        return [action], [str(params.get("SecretId", "*"))]
+        return [action], [stack.secret_arn(str(params.get("SecretId", "*")))]
     return [action], ["*"]

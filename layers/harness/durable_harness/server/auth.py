@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ..errors import InvalidRequestError
+from ..secretsmanager import read_secret
 
 ANONYMOUS = "anonymous"
 
@@ -66,10 +67,7 @@ class TokenAuth:
         """From a Secrets Manager secret holding the same entries (cached for ``max_age`` s)."""
 
         def load() -> Mapping[str, str]:
-            from aws_lambda_powertools.utilities.parameters import get_secret
-
-            value = get_secret(secret_id, max_age=max_age)
-            return parse_token_hashes(value.decode() if isinstance(value, bytes) else str(value))
+            return parse_token_hashes(read_secret(secret_id, max_age=max_age))
 
         return cls(load)
 
