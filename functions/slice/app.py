@@ -60,8 +60,9 @@ def slice_budget(context: LambdaContext | None) -> float:
     return max(0.0, budget)
 
 
-def _announce(events: EventPublisher | None, before: str, state: RunState) -> None:
-    """Publish the lifecycle events of this slice's status change (best effort)."""
+def _announce(events: EventPublisher | None, runner: Runner, before: str, state: RunState) -> None:
+    """Publish the lifecycle events of this slice's status change (best effort); "Run Finished"
+    carries a summary of the result."""
     if events is None:
         return
     kinds = ["Run Started"] if before == "not_started" else []
@@ -69,7 +70,7 @@ def _announce(events: EventPublisher | None, before: str, state: RunState) -> No
         kinds.append(kind)
     for kind in kinds:
         try:
-            events.publish(state, kind)
+            events.publish(state, kind, runner.result(state) if kind == "Run Finished" else None)
         except HarnessError as exc:  # a lost notification must not fail (and so repeat) the slice
             logger.warning("could not publish a lifecycle event", extra={"kind": kind, "reason": str(exc)})
 
@@ -98,5 +99,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="SliceRetries", unit=MetricUnit.Count, value=1)
         raise RetryableSliceError(str(exc)) from exc
     logger.info("slice done", extra={"before": before, "status": state.status, "slices": state.slices})
-    _announce(runtime.events, before, state)
+    _announce(runtime.events, runner, before, state)
     return {"runId": run_id, "status": state.status, "slices": state.slices}
