@@ -30,25 +30,25 @@ from ..messages import (
 from ..models.base import LanguageModel, ModelRequest
 from ..protocol import harness_parts as hp
 from .calls import (
-    content_events,
     dump_state,
     is_empty_part,
     json_ready,
     maybe_await,
     ordered_outcomes,
-    parse_call,
+    replay_events,
     resolve_model_spec,
     usage_of,
+    validate_call,
     validate_tools_context,
 )
 from .continuation import ApprovalAnswer, continuation_messages, pending_approvals
 from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, Usage, step_count_is
-from .execution import ToolRunner, answered_approvals, refuse_provider_approvals, result_events, result_part
+from .execution import ToolRunner, answered_approvals, refuse_provider_approvals, result_part
 from .modelcall import StepResult, stream_model_step
 from .options import Preparation, validate_call_options
 from .output import Output, as_output
 from .protocol import AgentEvent, Boundary
-from .results import TurnResult, empty_result, finish_reason_of, turn_result
+from .results import TurnResult, collect_result, empty_result, finish_reason_of, turn_result
 from .state import LoopTurnState, StepCall, StepSummary
 from .tools import Tool, accepts_positional
 
@@ -228,20 +228,9 @@ class ToolLoopAgent:
         raw = call_options.model_dump(mode="json") if isinstance(call_options, BaseModel) else call_options
         options = self.parse_call_options(raw) if raw is not None else None
         events = self.stream(self.create_session(), conversation, call_options=options)
-        last: dict[str, Any] | None = None
-        output: Any = None
-        try:
-            async for event in events:
-                if isinstance(event, Boundary):
-                    last, output = event.turn, event.output
-        except asyncio.CancelledError:
-            await self._callback("abort", LoopTurnState.model_validate(last).steps if last else [])
-            raise
-        finally:
-            await events.aclose()  # type: ignore[attr-defined]
-        if last is None:
-            return empty_result()
-        return turn_result(LoopTurnState.model_validate(last), output=output, signer=self.sign_approval)
+        return await collect_result(
+            events, on_abort=lambda steps: self._callback("abort", steps), signer=self.sign_approval
+        )
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -273,7 +262,7 @@ class ToolLoopAgent:
                     yield chunk
                 yield Boundary("model", dump_state(state))
         elif state.phase == "tools" and replay:
-            for event in self._replay_step(state):
+            for event in replay_events(state):
                 yield event
         while True:
             if state.phase == "tools":
@@ -317,10 +306,10 @@ class ToolLoopAgent:
         )
         await self._callback("step_start", state.step, options)
         result = StepResult()
+        validate = lambda part: validate_call(part, self.tools, self.repair_tool_call)  # noqa: E731
         async for item in stream_model_step(
-            model, request, result, validate=self._validate_call, max_retries=self.max_retries,
-            timeouts=self.timeout, retry_initial_delay=self.retry_initial_delay, sleep=self.sleep,
-            deadline=deadline,
+            model, request, result, validate=validate, max_retries=self.max_retries, timeouts=self.timeout,
+            retry_initial_delay=self.retry_initial_delay, sleep=self.sleep, deadline=deadline,
         ):  # fmt: skip
             yield item
         state.messages.append(AssistantMessage(content=[c for c in result.content if not is_empty_part(c)]))
@@ -431,37 +420,6 @@ class ToolLoopAgent:
             total_usage=usage_of(state.total_usage),
         )
         yield Boundary("approval" if state.paused else "end", dump_state(state), output)
-
-    def _replay_step(self, state: LoopTurnState) -> list[AgentEvent]:
-        """What the client had seen of the current step before ``reset-step`` removed it."""
-        events: list[AgentEvent] = []
-        if not state.approval_step:
-            assistant = state.messages[-1]
-            assert isinstance(assistant, AssistantMessage)
-            invalid = {c.tool_call_id: c for c in state.step_calls if c.invalid_error and not c.silent}
-            events += content_events(assistant, invalid)
-        by_id = {o.tool_call_id: o for o in state.step_outcomes}
-        for call in state.step_calls[: state.reported]:
-            if call.tool_call_id in by_id:
-                events += result_events(call, by_id[call.tool_call_id])
-        return events
-
-    # --- helpers -----------------------------------------------------------------------------------
-
-    async def _validate_call(self, part: hp.ToolCallPart) -> StepCall:
-        call = parse_call(part, self.tools)
-        if call.invalid_error is not None and self.repair_tool_call is not None:
-            repaired = await maybe_await(
-                self.repair_tool_call(part.tool_call_id, part.tool_name, part.input, call.invalid_error, self.tools)
-            )
-            if repaired is not None:
-                name, text = repaired
-                fixed = parse_call(
-                    hp.ToolCallPart(tool_call_id=part.tool_call_id, tool_name=name, input=text), self.tools
-                )
-                if fixed.invalid_error is None:
-                    return fixed
-        return call
 
     async def _callback(self, name: str, *args: Any) -> None:
         callback = self.callbacks.get(name)

@@ -8,7 +8,8 @@ turn is its k-th model step; the tool message after it holds that step's results
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -25,7 +26,8 @@ from ..messages import (
 from ..protocol.wire import JSONValue, WireModel
 from .continuation import pending_approvals
 from .control import Usage
-from .state import LoopTurnState
+from .protocol import AgentEvent, Boundary
+from .state import LoopTurnState, StepSummary
 
 Signer = Callable[[str, str, str, Any], "str | None"]
 
@@ -133,3 +135,30 @@ def turn_result(state: LoopTurnState, *, output: Any = None, signer: Signer | No
 def empty_result() -> TurnResult:
     """The result of a turn that never reached a checkpoint (it failed or was cancelled at once)."""
     return TurnResult(text="", finish_reason="other", total_usage=Usage())
+
+
+async def collect_result(
+    events: AsyncIterator[AgentEvent],
+    *,
+    on_abort: Callable[[list[StepSummary]], Awaitable[None]],
+    signer: Signer | None,
+) -> TurnResult:
+    """Run a turn's events to the end in memory (``generate()``) and return its result.
+
+    A cancelled task is an abort here (nothing resumes the turn): ``on_abort`` gets the steps that
+    finished before the cancellation propagates.
+    """
+    last: dict[str, Any] | None = None
+    output: Any = None
+    try:
+        async for event in events:
+            if isinstance(event, Boundary):
+                last, output = event.turn, event.output
+    except asyncio.CancelledError:
+        await on_abort(LoopTurnState.model_validate(last).steps if last else [])
+        raise
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    if last is None:
+        return empty_result()
+    return turn_result(LoopTurnState.model_validate(last), output=output, signer=signer)
