@@ -18,15 +18,17 @@ from typing import Any
 
 import httpx
 import pytest
-from durable_harness import Agent, ApprovalSecret
+from durable_harness import Agent, ApprovalSecret, Tool
 from durable_harness.approvals import sign_tool_approval
-from durable_harness.messages import ToolApprovalResponsePart, ToolMessage
+from durable_harness.messages import TextPart, ToolApprovalResponsePart, ToolMessage, UserMessage
 from durable_harness.models.base import ModelRequest
-from durable_harness.models.scripted import FunctionModel
+from durable_harness.models.scripted import FunctionModel, ScriptedModel, tool_calls_step
 from durable_harness.protocol.harness_parts import decode_part
+from durable_harness.runner import Runner
 from durable_harness.server.local import LocalKit, build_local_kit
+from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 
-from tests.support import message_of, parse_sse_body, serve, user_message
+from tests.support import CrashingStore, SimulatedCrash, log_chunks, message_of, parse_sse_body, serve, user_message
 
 SECRET = "provider-approval-secret"
 TOOL, CALL, APPROVAL = "mcp.create_issue", "mcp_68a1", "mcpr_68a1f0"
@@ -180,3 +182,24 @@ def test_the_run_api_answers_a_provider_approval_too(url: str, provider: Provide
     assert isinstance(forwarded, ToolMessage)
     [answer] = [p for p in forwarded.content if isinstance(p, ToolApprovalResponsePart)]
     assert (answer.approved, answer.provider_executed) == (True, True)
+
+
+async def test_a_step_redone_after_a_crash_shows_the_provider_request_again() -> None:
+    """A provider's request next to a host tool call: the slice dies after the tool's result reached
+    the log but before its checkpoint; the retry (``reset-step``, then the step's content again)
+    shows the same pending request."""
+    step = [decode_part(p) for p in ASKS[:-1]] + tool_calls_step(("h1", "look", {}))
+    log, store = MemoryChunkLog(), MemoryCheckpointStore()
+    agent = Agent(model=ScriptedModel([step]), tools=[Tool(name="look", execute=lambda input: "looked")],
+                  approval_secret=ApprovalSecret.from_value(SECRET))  # fmt: skip
+    run_id = Runner(agent, store, log).create_run([UserMessage(content=[TextPart(text="go")])], message_id="m").run_id
+    with pytest.raises(SimulatedCrash):  # save 1: after the model call; save 2: after the tool result
+        await Runner(agent, CrashingStore(store, crash_on=2), log, flush_interval=0).run_slice(run_id)
+    state = await Runner(agent, store, log, flush_interval=0).run_slice(run_id)
+    chunks = log_chunks(log, run_id)
+    types = [c["type"] for c in chunks]
+    assert state.status == "awaiting_tool_approval" and "reset-step" in types
+    assert "tool-input-error" not in types  # the provider's call is shown again as it first was
+    parts = {p["toolCallId"]: p for p in message_of(chunks)["parts"] if "toolCallId" in p}
+    assert parts[CALL]["state"] == "approval-requested" and parts[CALL]["approval"]["id"] == APPROVAL
+    assert parts[CALL]["type"] == "dynamic-tool" and parts["h1"]["state"] == "output-available"

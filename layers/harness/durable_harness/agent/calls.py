@@ -95,6 +95,7 @@ def content_events(assistant: AssistantMessage, invalid: Mapping[str, StepCall])
                 hp.ToolCallPart(
                     tool_call_id=item.tool_call_id, tool_name=item.tool_name, input=raw,
                     provider_executed=item.provider_executed,
+                    dynamic=True if item.provider_executed else None,  # as first streamed (modelcall)
                 )
             )  # fmt: skip
         elif isinstance(item, ToolApprovalRequestPart):
