@@ -70,9 +70,18 @@ def _announce(events: EventPublisher | None, runner: Runner, before: str, state:
         kinds.append(kind)
     for kind in kinds:
         try:
-            events.publish(state, kind, runner.result(state) if kind == "Run Finished" else None)
+            events.publish(state, kind, _result(runner, state) if kind == "Run Finished" else None)
         except HarnessError as exc:  # a lost notification must not fail (and so repeat) the slice
             logger.warning("could not publish a lifecycle event", extra={"kind": kind, "reason": str(exc)})
+
+
+def _result(runner: Runner, state: RunState) -> dict[str, Any] | None:
+    """The run's result for the event's summary; None (an event without it) if it cannot be built."""
+    try:
+        return runner.result(state)
+    except Exception:  # the event matters more than its summary, and the run has ended already
+        logger.exception("could not summarize the run's result for its event")
+        return None
 
 
 async def _run_slice(runner: Runner, run_id: str, budget: float) -> tuple[str, RunState]:

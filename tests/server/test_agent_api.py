@@ -174,9 +174,11 @@ def test_a_paused_result_lists_signed_requests_and_generate_continues_from_it() 
     request = paused.response_messages[0].content[-1]
     assert request.signature == agent.sign_approval("approval-c1", "c1", "wipe", {"what": "cache"})  # type: ignore[union-attr]
     answer = ToolMessage(content=[ToolApprovalResponsePart(approval_id="approval-c1", approved=True)])
-    history = [*paused.response_messages, answer]
-    done = asyncio.run(agent.generate(messages=[*model.requests[0].messages, *history]))
+    history = [*model.requests[0].messages, *paused.response_messages, answer]
+    before = [m.to_dict() for m in history]
+    done = asyncio.run(agent.generate(messages=history))
     assert ran == ["cache"] and done.text == "Wiped." and done.pending_approvals == []
+    assert [m.to_dict() for m in history] == before  # the caller's messages are left as they were
     assert done.response_messages[0].to_dict()["content"][0]["toolCallId"] == "c1"  # the approved call's result
 
 

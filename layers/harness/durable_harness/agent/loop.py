@@ -220,7 +220,7 @@ class ToolLoopAgent:
         call or an answer that does not parse as the output raises. Nothing is checkpointed (use the
         HTTP API for durable runs); cancelling the task calls ``on_abort``.
         """
-        conversation = list(messages)
+        conversation = [m.model_copy(deep=True) for m in messages]  # the turn adds to its last message
         if prompt is not None:
             conversation.append(UserMessage(content=[TextPart(text=prompt)]))
         if not conversation:
