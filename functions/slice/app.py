@@ -60,8 +60,9 @@ def slice_budget(context: LambdaContext | None) -> float:
     return max(0.0, budget)
 
 
-def _announce(events: EventPublisher | None, before: str, state: RunState) -> None:
-    """Publish the lifecycle events of this slice's status change (best effort)."""
+def _announce(events: EventPublisher | None, runner: Runner, before: str, state: RunState) -> None:
+    """Publish the lifecycle events of this slice's status change (best effort); "Run Finished"
+    carries a summary of the result."""
     if events is None:
         return
     kinds = ["Run Started"] if before == "not_started" else []
@@ -69,9 +70,18 @@ def _announce(events: EventPublisher | None, before: str, state: RunState) -> No
         kinds.append(kind)
     for kind in kinds:
         try:
-            events.publish(state, kind)
+            events.publish(state, kind, _result(runner, state) if kind == "Run Finished" else None)
         except HarnessError as exc:  # a lost notification must not fail (and so repeat) the slice
             logger.warning("could not publish a lifecycle event", extra={"kind": kind, "reason": str(exc)})
+
+
+def _result(runner: Runner, state: RunState) -> dict[str, Any] | None:
+    """The run's result for the event's summary; None (an event without it) if it cannot be built."""
+    try:
+        return runner.result(state)
+    except Exception:  # the event matters more than its summary, and the run has ended already
+        logger.exception("could not summarize the run's result for its event")
+        return None
 
 
 async def _run_slice(runner: Runner, run_id: str, budget: float) -> tuple[str, RunState]:
@@ -98,5 +108,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="SliceRetries", unit=MetricUnit.Count, value=1)
         raise RetryableSliceError(str(exc)) from exc
     logger.info("slice done", extra={"before": before, "status": state.status, "slices": state.slices})
-    _announce(runtime.events, before, state)
+    _announce(runtime.events, runner, before, state)
     return {"runId": run_id, "status": state.status, "slices": state.slices}

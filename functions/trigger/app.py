@@ -3,7 +3,8 @@
 Invoked by the EventBridge rule on ``source: durable-harness.client, detail-type: Start Run``
 (and, when a schedule is configured, by EventBridge Scheduler with an event of the same shape
 whose source is ``durable-harness.schedule``). ``detail`` carries ``prompt`` (one user message)
-or ``messages`` (AI SDK UI messages), and optionally ``runId`` and ``chatId``.
+or ``messages`` (AI SDK UI messages), and optionally ``runId``, ``chatId`` and ``callOptions``
+(validated by the agent's ``call_options`` model, like a chat client's extra ``body`` fields).
 
 EventBridge delivers at least once. The run id is derived from the event (its ``id``, or a valid
 ``detail.runId``), the run is created only if it does not exist, and the execution is named after
@@ -47,6 +48,7 @@ def create_run(runner: Runner, event: dict[str, Any]) -> tuple[str, bool]:
     """Create the event's run unless it exists; ``(run_id, needs_start)``."""
     source = SCHEDULE_SOURCE if event.get("source") == SCHEDULE_SOURCE else START_RUN_SOURCE
     request = parse_start_run_event(event, source=source)
+    call_options = runner.agent.parse_call_options(request.call_options or {})
     messages = convert_to_model_messages(request.messages)
     last = request.messages[-1]
     message_id = last.id if last.role == "assistant" and last.id else None
@@ -58,6 +60,7 @@ def create_run(runner: Runner, event: dict[str, Any]) -> tuple[str, bool]:
             principal=None,  # visible to every authenticated caller of the chat API (it follows the run)
             origin="event",
             message_id=message_id,
+            call_options=call_options,
         )
     except RunExistsError:
         # A redelivery. Start only if the first delivery died between creating and starting.

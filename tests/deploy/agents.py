@@ -22,8 +22,9 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from durable_harness import Agent, tool
+from durable_harness import Agent, CallOptions, tool
 from durable_harness.errors import StorageError
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
@@ -43,6 +44,10 @@ class Control:
     entered_gate: threading.Event = field(default_factory=threading.Event)
     executions: Counter[str] = field(default_factory=Counter)
     model_calls: Counter[int] = field(default_factory=Counter)
+    aborted: list[list[int]] = field(default_factory=list)
+    """``on_abort`` calls, with the numbers of the steps that had finished."""
+    call_options: list[Any] = field(default_factory=list)
+    """What ``prepare_call`` got as call options, run after run."""
 
 
 CONTROL = Control()
@@ -119,6 +124,20 @@ def build_approval_agent() -> Agent:
     return Agent(model=FunctionModel(_approval_script, model_id="deploy-test"), tools=[remove])
 
 
+class Options(BaseModel):
+    """The call options the deploy agent takes (from a chat body or an event's ``callOptions``)."""
+
+    tone: Literal["plain", "brief"] = "plain"
+
+
+def _prepare_call(options: CallOptions) -> None:
+    CONTROL.call_options.append(options.call_options)
+
+
 def build_agent() -> Agent:
     """The scripted agent of the deploy tests."""
-    return Agent(model=FunctionModel(_script, model_id="deploy-test"), instructions="Be brief.", tools=[lookup])
+    return Agent(
+        model=FunctionModel(_script, model_id="deploy-test"), instructions="Be brief.", tools=[lookup],
+        call_options=Options, prepare_call=_prepare_call,
+        on_abort=lambda steps: CONTROL.aborted.append([s.number for s in steps]),
+    )  # fmt: skip

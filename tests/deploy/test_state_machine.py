@@ -140,6 +140,9 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     assert types(chunks).count("finish") == 1
     assert state_of(stack, run_id).status == "cancelled"
     assert agents.CONTROL.executions == {"alpha": 1}  # beta's tool call never ran
+    # on_abort ran once, in the chat function that ended the run, with the step that had finished;
+    # the fenced slice did not call it again.
+    assert agents.CONTROL.aborted == [[0]]
 
 
 @pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")

@@ -8,6 +8,7 @@ import pytest
 from durable_harness.aws.events import run_id_for_event, start_run_pattern
 from moto.events.models import EventPattern
 
+from . import agents
 from .chat import call, load_chat_app, sample_event, with_path
 from .helpers import log_of, state_of, types
 from .stack import MotoStack
@@ -72,6 +73,24 @@ def test_runs_announce_their_lifecycle_on_the_bus(stack: MotoStack) -> None:
     ]
     finished = received[-1]["detail"]
     assert (finished["status"], finished["origin"], finished["chatId"]) == ("finished", "event", "ops-daily")
+    # The answer itself, so that a consumer needs no second call; the usage of the whole run.
+    assert finished["result"]["text"] == agents.ANSWER
+    usage = finished["result"]["usage"]
+    assert usage["inputTokens"] == 30 and usage["totalTokens"] == usage["inputTokens"] + usage["outputTokens"]
+
+
+def test_an_event_passes_call_options_validated_by_the_agent(stack: MotoStack) -> None:
+    event = sample_event("start-run.json")
+    event["detail"] = {**event["detail"], "callOptions": {"tone": "brief"}}
+    run_id = stack.invoke("TriggerFunction", event)["runId"]
+    stack.wait_for_executions(run_id)
+    assert state_of(stack, run_id).call_options == {"tone": "brief"}
+    assert agents.CONTROL.call_options[-1] == agents.Options(tone="brief")
+    bad = sample_event("start-run.json") | {"id": "another-event"}
+    bad["detail"] = {**bad["detail"], "callOptions": {"tone": "shouty"}}
+    result = stack.invoke("TriggerFunction", bad)
+    assert "'tone'" in result["error"]
+    assert [e["name"] for e in stack.executions()] == [run_id]  # the bad event started nothing
 
 
 def test_a_malformed_event_is_rejected_without_a_run(stack: MotoStack) -> None:

@@ -141,6 +141,10 @@ def test_approvals_of_a_run_without_a_chat_client(url: str) -> None:
 def test_openapi_document(url: str) -> None:
     document = httpx.get(f"{url}/openapi.json").json()
     assert document["openapi"].startswith("3.1") and "/api/runs/{runId}/approvals" in document["paths"]
+    result = document["paths"]["/api/runs/{runId}/result"]["get"]["responses"]["200"]
+    assert {"text", "steps", "responseMessages", "totalUsage"} <= set(
+        result["content"]["application/json"]["schema"]["required"]
+    )
 
 
 def test_a_paused_run_can_be_cancelled_and_then_not_answered(url: str) -> None:

@@ -64,6 +64,7 @@ def test_get_replays_from_any_index_and_from_the_tail(base_url: str) -> None:
         get = httpx.get(f"{base_url}/api/chat/{run_id}/stream", params={"startIndex": start}, timeout=10)
         assert get.status_code == 200
         assert get.headers["x-workflow-stream-tail-index"] == str(count - 1)
+        assert get.headers["x-workflow-run-id"] == run_id  # as the seed's GET handler sends it
         assert parse_sse_body(get.content) == chunks[start:]
     get = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex=-3", timeout=10)
     assert parse_sse_body(get.content) == chunks[-3:]

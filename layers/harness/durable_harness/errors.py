@@ -111,6 +111,14 @@ class ModelError(HarnessError):
         self.retry_after = retry_after
 
 
+class RunTimeoutError(ModelError):
+    """The run's total time limit (``Timeouts(total=...)``) passed: the run is aborted, not retried.
+
+    Raised before a model call, while one streams, or instead of waiting out a retry's backoff
+    past the deadline. The agent calls ``on_abort`` (not ``on_error``) for it.
+    """
+
+
 class OutputError(HarnessError):
     """The model's final answer does not parse as the agent's structured output; the run fails."""
 

@@ -36,22 +36,25 @@ class ApprovalAnswer:
     reason: str | None = None
 
 
-def pending_approvals(turn: dict[str, Any]) -> list[dict[str, Any]]:
-    """The approval requests a paused turn waits for: approval id, tool call id, tool name, input."""
-    state = LoopTurnState.model_validate(turn)
+def pending_approvals(turn: dict[str, Any] | LoopTurnState) -> list[dict[str, Any]]:
+    """The approval requests a paused turn waits for: approval id, tool call id, tool name, input
+    (and ``providerExecuted: true`` for a call the provider runs once approved)."""
+    state = turn if isinstance(turn, LoopTurnState) else LoopTurnState.model_validate(turn)
     calls = _calls(state.messages)
+    waiting = {*state.pending_approvals, *state.provider_approvals}
     pending = []
     for part in _requests(state.messages):
-        if part.tool_call_id in state.pending_approvals and part.tool_call_id in calls:
+        if part.tool_call_id in waiting and part.tool_call_id in calls:
             call = calls[part.tool_call_id]
-            pending.append(
-                {
-                    "approvalId": part.approval_id,
-                    "toolCallId": call.tool_call_id,
-                    "toolName": call.tool_name,
-                    "input": call.input,
-                }
-            )
+            item = {
+                "approvalId": part.approval_id,
+                "toolCallId": call.tool_call_id,
+                "toolName": call.tool_name,
+                "input": call.input,
+            }
+            if call.provider_executed:
+                item["providerExecuted"] = True
+            pending.append(item)
     return pending
 
 
@@ -76,8 +79,11 @@ def continuation_messages(turn: dict[str, Any], answers: Sequence[ApprovalAnswer
     for answer in answers:
         call = pending[answer.approval_id]
         content.append(
-            ToolApprovalResponsePart(approval_id=answer.approval_id, approved=answer.approved, reason=answer.reason)
-        )
+            ToolApprovalResponsePart(
+                approval_id=answer.approval_id, approved=answer.approved, reason=answer.reason,
+                provider_executed=True if call.get("providerExecuted") else None,
+            )
+        )  # fmt: skip
         if not answer.approved:
             content.append(
                 ToolResultPart(

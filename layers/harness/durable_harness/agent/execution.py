@@ -7,6 +7,7 @@ finished tool again; results reach the client in the model's order whatever orde
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,29 +65,28 @@ class ToolRunner:
         tools: Mapping[str, Tool],
         *,
         concurrency: int | None,
-        runtime_context: Any,
         tools_context: Mapping[str, Any],
         on_start: Callable[[StepCall], Any] | None = None,
         on_end: Callable[[StepCall, StepOutcome], Any] | None = None,
     ) -> None:
         self.tools = tools
         self.concurrency = concurrency
-        self.runtime_context = runtime_context
         self.tools_context = tools_context
         self.on_start = on_start
         self.on_end = on_end
 
-    def context(self, call: StepCall, messages: list[ModelMessage]) -> ToolContext:
-        """The context a call's tool receives."""
+    def context(self, call: StepCall, state: LoopTurnState, messages: list[ModelMessage] | None = None) -> ToolContext:
+        """The context a call's tool receives: the turn's current ``runtime_context`` (which
+        ``prepare_call`` / ``prepare_step`` may have replaced) and the tool's ``tools_context`` entry."""
         return ToolContext(
             tool_call_id=call.tool_call_id,
             tool_name=call.tool_name,
-            messages=messages,
-            runtime_context=self.runtime_context,
+            messages=messages if messages is not None else state.messages,
+            runtime_context=state.runtime_context,
             tool_context=self.tools_context.get(call.tool_name),
         )
 
-    async def execute(self, call: StepCall, messages: list[ModelMessage]) -> StepOutcome:
+    async def execute(self, call: StepCall, context: ToolContext) -> StepOutcome:
         """Run one call; any failure becomes an error outcome the model can read."""
         outcome = StepOutcome(tool_call_id=call.tool_call_id, tool_name=call.tool_name)
         if call.invalid_error is not None:
@@ -95,12 +95,14 @@ class ToolRunner:
         tool = self.tools[call.tool_name]
         if self.on_start:
             await _maybe_await(self.on_start(call))
+        began = time.monotonic()
         try:
-            outcome.output = await tool.run(tool.validate(call.input), self.context(call, messages))
+            outcome.output = await tool.run(tool.validate(call.input), context)
         except ToolError as exc:
             outcome.error = str(exc)
         except Exception as exc:  # a tool's failure is a result the model can react to
             outcome.error = f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}"
+        outcome.duration_ms = (time.monotonic() - began) * 1000
         if self.on_end:
             await _maybe_await(self.on_end(call, outcome))
         return outcome
@@ -116,10 +118,11 @@ class ToolRunner:
         messages = list(state.messages)
 
         async def guarded(call: StepCall) -> StepOutcome:
+            context = self.context(call, state, messages)
             if limit is None:
-                return await self.execute(call, messages)
+                return await self.execute(call, context)
             async with limit:
-                return await self.execute(call, messages)
+                return await self.execute(call, context)
 
         tasks = {asyncio.ensure_future(guarded(call)): call for call in todo}
         try:
@@ -201,32 +204,55 @@ def match_approvals(messages: list[ModelMessage]) -> list[AnsweredApproval]:
     for response in responses:
         request = requests.get(response.approval_id)
         call = calls.get(request.tool_call_id) if request else None
-        if request is None or call is None or request.approval_id != approval_id_for(call.tool_call_id):
-            # Every request this server issues is `approval-<toolCallId>` for a call in the history.
+        if (
+            request is None
+            or call is None
+            or not (call.provider_executed or request.approval_id == approval_id_for(call.tool_call_id))
+        ):
+            # Every request this server issues is `approval-<toolCallId>` for a call in the history
+            # (a provider names its own approvals; the ledger still holds every one it asked).
             raise ToolError(f"approval response {response.approval_id!r} answers no approval request of this server")
         matched.append(AnsweredApproval(response, request, call, results.get(call.tool_call_id)))
     return matched
 
 
+@dataclass
+class ApprovalActions:
+    """What the answers in the last tool message ask the agent to do before calling the model."""
+
+    runnable: list[StepCall]
+    """Approved host calls to execute (a bad signature makes one an error result instead)."""
+    denied: list[UIMessageChunk]
+    """``tool-output-denied`` for every denied call, host or provider-executed."""
+    refused: list[str]
+    """Approval ids of provider-executed calls approved with a missing or bad signature: the
+    provider is told they were denied instead (nothing it runs may be approved by a forgery)."""
+
+
 def answered_approvals(
     messages: list[ModelMessage], secret: ApprovalSecret | None, tools: Mapping[str, Tool]
-) -> tuple[list[StepCall], list[UIMessageChunk]]:
+) -> ApprovalActions:
     """The approved calls to execute and the UI chunks for denied ones, from the last tool message.
 
     A missing or bad signature (when a secret is configured) executes nothing: the model gets an
-    error result and the client no chunk.
+    error result and the client no chunk. A provider-executed call is not run here: its answer
+    goes back to the provider with the next model call (like the AI SDK's ``streamText``).
     """
-    runnable: list[StepCall] = []
-    denied: list[UIMessageChunk] = []
+    actions = ApprovalActions([], [], [])
     for answer in (a for a in match_approvals(messages) if a.pending):
         call, request = answer.call, answer.request
         if not answer.response.approved:
-            denied.append(ToolOutputDeniedChunk(tool_call_id=call.tool_call_id))
+            actions.denied.append(ToolOutputDeniedChunk(tool_call_id=call.tool_call_id))
+            continue
+        signed = secret is None or secret.verify(
+            request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
+        )
+        if call.provider_executed:
+            if not signed:
+                actions.refused.append(request.approval_id)
             continue
         step_call = StepCall(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input)
-        if secret is not None and not secret.verify(
-            request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
-        ):
+        if not signed:
             step_call.invalid_error = (
                 f"The approval of tool call {call.tool_call_id} has a missing or invalid signature; "
                 "the tool was not executed."
@@ -234,8 +260,20 @@ def answered_approvals(
             step_call.silent = True
         elif call.tool_name not in tools or tools[call.tool_name].client_side:
             step_call.invalid_error = f"Tool {call.tool_name} is not available on the server."
-        runnable.append(step_call)
-    return runnable, denied
+        actions.runnable.append(step_call)
+    return actions
+
+
+def refuse_provider_approvals(messages: list[ModelMessage], approval_ids: list[str]) -> None:
+    """Turn forged approvals of provider-executed calls into denials in the last tool message."""
+    last = messages[-1]
+    if not approval_ids or not isinstance(last, ToolMessage):
+        return
+    for i, part in enumerate(last.content):
+        if isinstance(part, ToolApprovalResponsePart) and part.approval_id in approval_ids:
+            last.content[i] = part.model_copy(
+                update={"approved": False, "reason": "The approval's signature is missing or invalid."}
+            )
 
 
 async def _maybe_await(value: Any) -> Any:

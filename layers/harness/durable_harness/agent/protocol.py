@@ -8,7 +8,7 @@ and may end the time slice there. A later slice resumes with :meth:`continue_str
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -55,8 +55,31 @@ class HarnessWorkflowAgent(Protocol):
         """Return the session id for a conversation (creating one when ``None``)."""
         ...
 
-    def stream(self, session_id: str, messages: list[ModelMessage]) -> AsyncIterator[AgentEvent]:
-        """Start a turn on ``messages`` (the conversation, ending with the new input)."""
+    def stream(
+        self, session_id: str, messages: list[ModelMessage], *, call_options: dict[str, Any] | None = None
+    ) -> AsyncIterator[AgentEvent]:
+        """Start a turn on ``messages`` (the conversation, ending with the new input).
+
+        ``call_options`` are the run's call options as :meth:`parse_call_options` returned them.
+        """
+        ...
+
+    def parse_call_options(self, raw: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Validate a request's call options (the client's extra ``body`` fields, an event's
+        ``callOptions``); the JSON-ready options to checkpoint, or None when the agent takes none.
+
+        Raises :class:`~durable_harness.errors.InvalidRequestError` naming the bad field.
+        """
+        ...
+
+    async def on_cancelled(self, turn: dict[str, Any] | None) -> None:
+        """The runner ended this run as cancelled (a cancel through the API); ``turn`` is the state
+        of its last boundary (None before the first). Called once, after the cancel is recorded."""
+        ...
+
+    def run_result(self, turn: dict[str, Any] | None) -> dict[str, Any]:
+        """The JSON result of a turn from the state of its last boundary: ``text``, ``finishReason``,
+        ``totalUsage``, ``steps``, ``responseMessages``, ``pendingApprovals``."""
         ...
 
     def continue_stream(

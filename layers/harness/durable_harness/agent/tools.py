@@ -9,7 +9,7 @@
 
 A tool without ``execute`` is a client-side tool: the turn ends when the model calls it, and its
 output arrives with the next turn's messages. ``needs_approval`` (a bool, or a function of the
-input and the :class:`ToolContext`) pauses the turn for the user's signed approval.
+input and the :class:`ToolContext`, sync or async) pauses the turn for the user's signed approval.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from ..models.base import ToolDefinition
 from .schema import schema_errors
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
+NeedsApproval = bool | Callable[[Any, "ToolContext"], "bool | Awaitable[bool]"]
+"""``needs_approval``: a bool, or a function (sync or async) of the validated input and the context."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class Tool:
     description: str = ""
     input_model: type[BaseModel] | None = None
     input_schema: dict[str, Any] = field(default_factory=dict)
-    needs_approval: bool | Callable[[Any, ToolContext], bool] = False
+    needs_approval: NeedsApproval = False
     timeout: float | None = None
     context_model: type[BaseModel] | None = None
 
@@ -95,10 +97,13 @@ class Tool:
             )
             raise ToolError(f"Invalid input for tool {self.name}: {problems}") from exc
 
-    def approval_needed(self, validated_input: Any, context: ToolContext) -> bool:
-        """Whether this call must wait for the user's approval."""
+    async def approval_needed(self, validated_input: Any, context: ToolContext) -> bool:
+        """Whether this call must wait for the user's approval (an async ``needs_approval`` is awaited)."""
         if callable(self.needs_approval):
-            return bool(self.needs_approval(validated_input, context))
+            decision = self.needs_approval(validated_input, context)
+            if inspect.isawaitable(decision):
+                decision = await decision
+            return bool(decision)
         return self.needs_approval
 
     async def run(self, validated_input: Any, context: ToolContext) -> Any:
@@ -128,6 +133,17 @@ def _positional_count(function: Callable[..., Any]) -> int:
     return sum(1 for p in parameters if p.kind in kinds)
 
 
+def accepts_positional(function: Callable[..., Any], count: int) -> bool:
+    """True when ``function`` can be called with ``count`` positional arguments (``*args`` included)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return True
+    return _positional_count(function) >= count
+
+
 def to_json_value(value: Any) -> Any:
     """A JSON-compatible copy of a tool's output (pydantic models dumped, tuples as lists)."""
     if isinstance(value, BaseModel):
@@ -152,7 +168,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    needs_approval: bool | Callable[[Any, ToolContext], bool] = False,
+    needs_approval: NeedsApproval = False,
     timeout: float | None = None,
 ) -> Callable[[ToolFunction], Tool]: ...
 
@@ -163,7 +179,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    needs_approval: bool | Callable[[Any, ToolContext], bool] = False,
+    needs_approval: NeedsApproval = False,
     timeout: float | None = None,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a :class:`Tool` of a function whose first argument is annotated with a pydantic model.

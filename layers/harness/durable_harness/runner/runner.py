@@ -71,8 +71,11 @@ class Runner:
         principal: str | None = None,
         origin: Literal["chat", "event"] = "chat",
         message_id: str | None = None,
+        call_options: dict[str, Any] | None = None,
     ) -> RunState:
-        """Create and checkpoint the state of a new turn (status ``not_started``)."""
+        """Create and checkpoint the state of a new turn (status ``not_started``).
+
+        ``call_options`` must already be validated (``agent.parse_call_options``)."""
         state = RunState(
             run_id=run_id or new_run_id(),
             session_id=self.agent.create_session(session_id or chat_id),
@@ -81,6 +84,7 @@ class Runner:
             principal=principal,
             message_id=message_id or new_id("msg"),
             input_messages=messages,
+            call_options=call_options,
         )
         self.store.create(_checkpoint(state))
         return state
@@ -134,7 +138,7 @@ class Runner:
         state.slices += 1
         session = self.agent.create_session(state.session_id)
         if state.turn is None:
-            events = self.agent.stream(session, state.input_messages)
+            events = self.agent.stream(session, state.input_messages, call_options=state.call_options)
         else:
             events = self.agent.continue_stream(session, state.turn, replay_step=replay)
         _write(writer, translator.start(state.message_id))
@@ -216,12 +220,30 @@ class Runner:
             state.status, state.error = status, error
             writer = ChunkWriter(self.log, run_id, epoch=cp.epoch, start=count, flush_interval=0)
             try:
-                return await self._commit_terminal(cp, state, translator, writer, closing)
+                state = await self._commit_terminal(cp, state, translator, writer, closing)
             except FencedError:
                 continue
+            if status == "cancelled":
+                await self._notify_cancelled(state)
+            return state
         raise FencedError(f"run {run_id}: could not finalize, the run keeps changing")
 
+    def result(self, state: RunState) -> dict[str, Any]:
+        """The run's result (JSON): the agent's account of its turn, with the structured output."""
+        result = self.agent.run_result(state.turn)
+        if state.final_result is not None and state.final_result.output is not None:
+            result["output"] = state.final_result.output
+        return result
+
     # --- internals -------------------------------------------------------------------------------
+
+    async def _notify_cancelled(self, state: RunState) -> None:
+        """Tell the agent its run was cancelled (its ``on_abort``); a failing callback is only logged:
+        the cancel itself is already recorded."""
+        try:
+            await self.agent.on_cancelled(state.turn)
+        except Exception:
+            logger.exception("run %s: the agent's cancel callback failed", state.run_id)
 
     def _translator(self, state: RunState) -> StreamTranslator:
         return StreamTranslator(

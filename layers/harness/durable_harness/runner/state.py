@@ -51,6 +51,8 @@ class RunState(BaseModel):
     """The assistant message id sent in ``start.messageId``; stable for the whole run."""
     input_messages: list[ModelMessage] = Field(default_factory=list)
     """The conversation the turn starts from (kept until the first boundary)."""
+    call_options: dict[str, Any] | None = None
+    """The run's call options, as the agent validated them (the client's ``body`` fields)."""
     turn: dict[str, Any] | None = None
     """The agent's state at its last boundary."""
     stream: StreamContext = Field(default_factory=StreamContext)

@@ -3,10 +3,12 @@
 Routes:
 
 * ``POST /api/chat`` -- start a turn; 200 with ``x-workflow-run-id`` and the run's SSE stream;
+  extra body fields are the agent's call options;
 * ``GET /api/chat/{runId}/stream?startIndex=N`` -- the run's stream from absolute index N
-  (N < 0 counts from the tail), following a live run until ``finish``;
-* ``GET /api/runs/{runId}``, ``POST /api/runs/{runId}/cancel``, ``POST /api/runs/{runId}/approvals``
-  -- the run API (status, cancel, approvals of a run that has no chat client);
+  (N < 0 counts from the tail), following a live run until ``finish`` (``x-workflow-run-id`` too);
+* ``GET /api/runs/{runId}``, ``GET /api/runs/{runId}/result``, ``POST /api/runs/{runId}/cancel``,
+  ``POST /api/runs/{runId}/approvals`` -- the run API (status, result, cancel, approvals of a run
+  that has no chat client);
 * ``GET /health`` and ``GET /openapi.json``;
 * ``GET /`` and ``GET /assets/<file>`` -- the chat page, when built and enabled (see :mod:`.static`).
 
@@ -114,6 +116,9 @@ class ChatApp:
         elif len(segments) == 3 and segments[:2] == ["api", "runs"]:
             _allow(method, "GET")
             await _json(send, 200, await self.service.status(_run_id(segments[2]), principal), cors)
+        elif len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "result":
+            _allow(method, "GET")
+            await _json(send, 200, await self.service.result(_run_id(segments[2]), principal), cors)
         elif len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "cancel":
             _allow(method, "POST")
             state = await self.service.cancel(_run_id(segments[2]), principal)
@@ -164,7 +169,8 @@ class ChatApp:
                 f"startIndex {start} is past the end of this run's stream ({total} chunks, ended with 'finish').",
                 code="invalid_start_index",
             )
-        await self._stream(run_id, resolved, count - 1, [], receive, send, cors)
+        # The seed's GET handler names the run too (x-workflow-run-id), like the POST.
+        await self._stream(run_id, resolved, count - 1, [(b"x-workflow-run-id", run_id.encode())], receive, send, cors)
 
     async def _stream(
         self,

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..agent.continuation import ApprovalAnswer
 from ..agent.execution import match_approvals
+from ..agent.options import body_call_options
 from ..errors import FencedError, InvalidRequestError, ProtocolError, RunExistsError, RunNotFoundError, ToolError
 from ..ids import derived_run_id, new_id, new_run_id
 from ..ledger import approval_key
@@ -66,6 +67,8 @@ class ChatService:
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
         messages, chat_id = self._parse_body(body)
+        # Validated before anything is recorded: a bad option is a 400 that changes nothing.
+        call_options = self.runner.agent.parse_call_options(body_call_options(body))
         model_messages = self._to_model_messages(messages)
         last = messages[-1]
         # A continuation (after an approval) streams into the existing assistant message.
@@ -75,10 +78,13 @@ class ChatService:
         secret = getattr(self.runner.agent, "approval_secret", None)
         for answer in (a for a in match_approvals(model_messages) if a.pending):
             request, call = answer.request, answer.call
-            if secret is not None and not secret.verify(
+            signed = secret is None or secret.verify(
                 request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
-            ):
+            )
+            if not signed and not call.provider_executed:
                 continue  # never executed: the agent tells the model the approval was not valid
+            # A provider's request is answered either way (a bad signature reaches it as a denial),
+            # and only the ledger knows whether the server ever relayed a request with that id.
             key = approval_key(
                 principal, message_id, answer.request.approval_id, answer.call.tool_call_id,
                 answer.call.tool_name, answer.call.input,
@@ -92,6 +98,7 @@ class ChatService:
                 chat_id=chat_id,
                 principal=principal,
                 message_id=message_id,
+                call_options=call_options,
             )
         except RunExistsError:
             state = await self.load(run_id, principal)
@@ -138,6 +145,22 @@ class ChatService:
         if state.error:
             body["error"] = state.error
         return {k: v for k, v in body.items() if v is not None}
+
+    async def result(self, run_id: str, principal: str | None) -> dict[str, Any]:
+        """The result of a run that ended (or paused): its response messages, steps, text, output and
+        usage. 409 while it still runs."""
+        state = await self.load(run_id, principal)
+        if not state.terminal:
+            raise InvalidRequestError(
+                f"Run {run_id} is still running ({state.status}); its result is ready once it ends "
+                f"(follow /api/chat/{run_id}/stream).",
+                code="run_in_progress",
+                status=409,
+            )
+        body: dict[str, Any] = {"runId": state.run_id, "status": state.status, **self.runner.result(state)}
+        if state.error:
+            body["error"] = state.error
+        return body
 
     async def cancel(self, run_id: str, principal: str | None) -> RunState:
         """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log."""
@@ -189,6 +212,7 @@ class ChatService:
             principal=state.principal,
             origin=state.origin,
             message_id=state.message_id,
+            call_options=state.call_options,
         )
         self.orchestrator.start(new.run_id)
         return new
