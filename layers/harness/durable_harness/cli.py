@@ -51,9 +51,15 @@ def _local_approval_secret(data_dir: str) -> None:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from .agent.pool import tool_threads
+    from .errors import AgentConfigError
     from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
 
+    try:
+        tool_threads()  # a bad TOOL_THREADS fails here, not at the first tool call
+    except AgentConfigError as exc:
+        raise SystemExit(str(exc)) from None
     extra = {"delay": args.demo_delay} if args.agent == DEFAULT_AGENT else {}
     _local_approval_secret(args.data_dir)
     agent = load_agent(args.agent, **extra)
