@@ -11,7 +11,6 @@ import logging
 import os
 import secrets
 import sys
-from pathlib import Path
 from typing import Any
 
 from .agent.protocol import HarnessWorkflowAgent
@@ -39,8 +38,9 @@ def _local_approval_secret(data_dir: str) -> None:
     """Sign approvals locally too: a secret kept in the data folder (mode 0600), stable across restarts."""
     if os.environ.get(DEFAULT_SECRET_ENV):
         return
-    path = Path(data_dir) / "approval-secret"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from .storage._private import make_private_dirs
+
+    path = make_private_dirs(data_dir) / "approval-secret"
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:

@@ -9,6 +9,7 @@ from typing import Literal
 from ..agent.protocol import HarnessWorkflowAgent
 from ..runner.local import LocalOrchestrator
 from ..runner.runner import Runner
+from ..storage._private import make_private_dirs
 from ..storage.files import FileChunkLog
 from ..storage.sqlite import SqliteCheckpointStore
 from .app import ChatApp
@@ -41,15 +42,14 @@ def build_local_kit(
     authenticator: Authenticator | None = None,
     static_dir: str | Path | Literal["auto"] | None = "auto",
 ) -> LocalKit:
-    """Assemble the local chat app over ``data_dir`` (created if missing).
+    """Assemble the local chat app over ``data_dir`` (created 0700 if missing).
 
     Local writes are cheap, so the group-commit interval is short (10 ms) to keep latency low.
     Without an ``authenticator`` every caller is ``anonymous`` (local development).
     ``static_dir="auto"`` serves the built chat page (``make web``) unless ``SERVE_WEB_PAGE=0``;
     None serves no page.
     """
-    root = Path(data_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    root = make_private_dirs(data_dir)
     store = SqliteCheckpointStore(root / "runs.sqlite3")
     log = FileChunkLog(root / "chunks")
     signal = CommitSignal()

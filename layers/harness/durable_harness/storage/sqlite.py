@@ -8,6 +8,9 @@ Safe from several threads (one connection per store behind a lock; the async run
 
 Durability is ``synchronous=NORMAL``: a committed write survives a crash of the process, though
 not necessarily a power cut, which is the right trade for a development store.
+
+The database file is created 0600 (SQLite gives its WAL and shared-memory files the same mode),
+its folder 0700.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, NoReturn
 
 from ..errors import FencedError, RunExistsError, RunNotFoundError, StorageError
 from ..ports import Checkpoint
+from ._private import make_private_dirs, touch_private
 
 __all__ = ["SqliteCheckpointStore"]
 
@@ -207,7 +211,8 @@ class SqliteCheckpointStore:
         self._pid = os.getpid()
         try:
             if self._path != ":memory:" and not self._path.startswith("file:"):
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+                make_private_dirs(Path(self._path).parent)
+                touch_private(self._path)  # before SQLite creates it world-readable
             # isolation_level=None: we issue BEGIN/COMMIT ourselves, so that a write takes the
             # lock up front (BEGIN IMMEDIATE) instead of failing on a read-to-write upgrade.
             conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
