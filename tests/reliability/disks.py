@@ -22,7 +22,10 @@ from durable_harness.storage.files import FileChunkLog
 
 
 def _run(*command: str) -> bool:
-    return subprocess.run(command, capture_output=True, check=False).returncode == 0
+    try:
+        return subprocess.run(command, capture_output=True, check=False, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):  # no mount(8) here, say
+        return False
 
 
 class Disk:
