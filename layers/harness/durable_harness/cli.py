@@ -11,7 +11,6 @@ import logging
 import os
 import secrets
 import sys
-from pathlib import Path
 from typing import Any
 
 from .agent.protocol import HarnessWorkflowAgent
@@ -39,8 +38,9 @@ def _local_approval_secret(data_dir: str) -> None:
     """Sign approvals locally too: a secret kept in the data folder (mode 0600), stable across restarts."""
     if os.environ.get(DEFAULT_SECRET_ENV):
         return
-    path = Path(data_dir) / "approval-secret"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from .storage._private import make_private_dirs
+
+    path = make_private_dirs(data_dir) / "approval-secret"
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
@@ -51,9 +51,15 @@ def _local_approval_secret(data_dir: str) -> None:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from .agent.pool import tool_threads
+    from .errors import AgentConfigError
     from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
 
+    try:
+        tool_threads()  # a bad TOOL_THREADS fails here, not at the first tool call
+    except AgentConfigError as exc:
+        raise SystemExit(str(exc)) from None
     extra = {"delay": args.demo_delay} if args.agent == DEFAULT_AGENT else {}
     _local_approval_secret(args.data_dir)
     agent = load_agent(args.agent, **extra)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import AgentConfigError, ToolError
 from ..messages import ModelMessage
 from ..models.base import ToolDefinition
+from .pool import run_in_tool_thread
 from .schema import schema_errors
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
@@ -51,7 +52,8 @@ class Tool:
     ``input_model`` (pydantic) validates the input and gives the JSON schema the model sees;
     otherwise ``input_schema`` is sent as is and checked for its common keywords. ``execute``
     takes the validated input (and, if it accepts a second argument, the :class:`ToolContext`);
-    sync functions run in a worker thread. ``timeout`` bounds one execution, in seconds.
+    sync functions run on the tool thread pool (:mod:`.pool`, ``TOOL_THREADS``). ``timeout`` bounds
+    one execution, in seconds.
     ``context_model`` validates this tool's entry of the agent's ``tools_context``.
     """
 
@@ -114,7 +116,7 @@ class Tool:
         if inspect.iscoroutinefunction(self.execute):
             work: Awaitable[Any] = self.execute(*args)
         else:
-            work = asyncio.to_thread(self.execute, *args)
+            work = run_in_tool_thread(self.execute, *args)  # the tool pool: never the storage threads
         try:
             result = await asyncio.wait_for(work, self.timeout) if self.timeout else await work
         except TimeoutError:

@@ -16,7 +16,8 @@ Everything under ``/api`` needs the caller's credentials (see :mod:`.auth`); a r
 only to the principal that started it (404 for anyone else).
 
 Every error is JSON ``{"error": {"code", "message"}}`` with a 4xx status that says what to fix;
-an unexpected failure is a 500 with a generic message, never a traceback.
+storage that cannot be used right now is a 503 ``storage_unavailable`` with ``Retry-After``; an
+unexpected failure is a 500 with a generic message, never a traceback.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from ..errors import InvalidRequestError, RunNotFoundError
+from ..errors import InvalidRequestError, RunNotFoundError, StorageError
 from ..ids import is_run_id
 from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
 from .auth import Authenticator, NoAuth
@@ -59,12 +60,14 @@ class ChatApp:
         authenticator: Authenticator | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
         static_dir: str | Path | None = None,
+        on_startup: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.service = service
         self.authenticator = authenticator or NoAuth()
         self.max_body_bytes = max_body_bytes
         self.cors_origins = cors_origins
         self.on_shutdown = on_shutdown
+        self.on_startup = on_startup
         self.static_site = StaticSite(static_dir) if static_dir is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -81,6 +84,13 @@ class ChatApp:
             await _json(send, exc.status, {"error": {"code": exc.code, "message": str(exc)}}, cors + extra)
         except RunNotFoundError as exc:
             await _json(send, 404, {"error": {"code": "run_not_found", "message": str(exc)}}, cors)
+        except StorageError as exc:
+            # Transient by nature: the client retries; runs already started go on by themselves.
+            logger.warning("storage unavailable serving %s %s: %s", scope.get("method"), scope.get("path"), exc)
+            retry = self.service.config.storage_retry_after
+            message = f"Storage is unavailable right now; try again in {retry} s. Started runs resume by themselves."
+            body = {"error": {"code": "storage_unavailable", "message": message}}
+            await _json(send, 503, body, [*cors, (b"retry-after", str(retry).encode())])
         except Exception:
             logger.exception("unhandled error serving %s %s", scope.get("method"), scope.get("path"))
             await _json(send, 500, {"error": {"code": "internal_error", "message": "Internal server error."}}, cors)
@@ -154,6 +164,7 @@ class ChatApp:
             ) from None
         state = await self.service.load(run_id, principal)
         count = await self.service.count(run_id)
+        await self.service.check_storage(state)
         resolved = max(0, count + start) if start < 0 else start
         # A terminal run's checkpoint knows its final length even while the last chunks are still
         # being appended, so only an index past that is an error; anything else is followed.
@@ -240,6 +251,8 @@ class ChatApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.on_startup is not None:
+                    await self.on_startup()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self.on_shutdown is not None:

@@ -33,7 +33,12 @@ _SSE = {
     },
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
-_ERRORS = {str(code): _ERROR for code in (400, 401, 404, 405, 409, 413)}
+_UNAVAILABLE = {
+    **_ERROR,
+    "description": "Storage is unavailable right now (code `storage_unavailable`); retry after `Retry-After` s.",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+}
+_ERRORS = {**{str(code): _ERROR for code in (400, 401, 404, 405, 409, 413)}, "503": _UNAVAILABLE}
 _PATH_RUN = [{"name": "runId", "in": "path", "required": True, "schema": _RUN_ID}]
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 _USAGE = {

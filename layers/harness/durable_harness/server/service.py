@@ -16,7 +16,15 @@ from typing import Any
 from ..agent.continuation import ApprovalAnswer
 from ..agent.execution import match_approvals
 from ..agent.options import body_call_options
-from ..errors import FencedError, InvalidRequestError, ProtocolError, RunExistsError, RunNotFoundError, ToolError
+from ..errors import (
+    FencedError,
+    InvalidRequestError,
+    ProtocolError,
+    RunExistsError,
+    RunNotFoundError,
+    StorageError,
+    ToolError,
+)
 from ..ids import derived_run_id, new_id, new_run_id
 from ..ledger import approval_key
 from ..messages import ModelMessage
@@ -25,6 +33,7 @@ from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_u
 from ..protocol.wire import compact_json
 from ..runner.runner import Runner
 from ..runner.state import RunState
+from ..storage.health import StorageHealth
 from .notifier import CommitSignal
 
 _FINISH_PREFIX = '{"type":"finish"'
@@ -46,6 +55,8 @@ class ServiceConfig:
     """How often to look at the log when no in-process commit signal arrives."""
     read_batch: int = 512
     max_messages: int = 1000
+    storage_retry_after: int = 2
+    """Seconds a ``503 storage_unavailable`` answer asks the client to wait (``Retry-After``)."""
 
 
 class ChatService:
@@ -58,11 +69,14 @@ class ChatService:
         *,
         signal: CommitSignal | None = None,
         config: ServiceConfig | None = None,
+        health: StorageHealth | None = None,
     ) -> None:
         self.runner = runner
         self.orchestrator = orchestrator
         self.signal = signal
         self.config = config or ServiceConfig()
+        self.health = health
+        """Known storage trouble (local mode): new streams of unfinished runs get a 503 meanwhile."""
 
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
@@ -103,7 +117,20 @@ class ChatService:
         except RunExistsError:
             state = await self.load(run_id, principal)
         self.orchestrator.start(state.run_id)
+        # The run exists and is driven: once storage is back it goes on, and the retried POST
+        # (the same run id) streams it. A stream now could only send keep-alives.
+        await self.check_storage(state)
         return state
+
+    async def check_storage(self, state: RunState) -> None:
+        """``StorageError`` (a 503) when writes fail lately and the run has not finished: a new
+        stream of it could only send keep-alives. A run whose log is complete (``finish`` in) is
+        served whatever storage does."""
+        if self.health is None or not self.health.unavailable:
+            return
+        if state.terminal and await self.count(state.run_id) >= state.stream.chunk_count:
+            return
+        raise StorageError(f"storage writes fail ({self.health.last_error}); run {state.run_id} cannot go on yet")
 
     async def load(self, run_id: str, principal: str | None = None) -> RunState:
         """The run's checkpointed state, if ``principal`` may see it.
