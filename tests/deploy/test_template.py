@@ -79,6 +79,26 @@ def test_the_layer_installs_every_runtime_dependency() -> None:
     assert any(line.startswith("aws-lambda-powertools[tracer]") for line in layer)  # Tracer needs the X-Ray SDK
 
 
+FIRST_BOTOCORE_WITH_PUT_OBJECT_IF_MATCH = (1, 35, 69)
+"""botocore's S3 model gained PutObject's IfNoneMatch in 1.35.2 and its IfMatch in 1.35.69 (read
+from the model files of the botocore repository's release tags); the chunk log uses both."""
+
+
+def test_the_sdk_floor_has_the_conditional_writes_the_chunk_log_uses() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    layer = (ROOT / "layers" / "harness" / "requirements.txt").read_text().splitlines()
+    for source, requirements in (("pyproject.toml", pyproject["project"]["dependencies"]), ("layer", layer)):
+        for package in ("boto3", "botocore"):
+            [floor] = [r for r in requirements if re.match(rf"{package}\s*>=", r)]
+            version = tuple(int(x) for x in floor.split(">=")[1].split(",")[0].strip().split("."))
+            assert version >= FIRST_BOTOCORE_WITH_PUT_OBJECT_IF_MATCH, (source, floor)
+    # And the installed SDK (at or above the floor) does send them.
+    import botocore.session
+
+    members = botocore.session.get_session().get_service_model("s3").operation_model("PutObject").input_shape.members
+    assert {"IfNoneMatch", "IfMatch"} <= set(members)
+
+
 def test_the_chat_function_streams_through_the_lambda_web_adapter() -> None:
     props = RESOURCES["ChatFunction"]["Properties"]
     assert props["Handler"] == "run.sh" and props["Timeout"] == 900
