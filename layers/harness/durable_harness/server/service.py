@@ -18,7 +18,7 @@ from ..agent.execution import match_approvals
 from ..errors import FencedError, InvalidRequestError, ProtocolError, RunExistsError, RunNotFoundError, ToolError
 from ..ids import derived_run_id, new_id, new_run_id
 from ..ledger import approval_key
-from ..messages import ModelMessage
+from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
 from ..ports import Orchestrator
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
@@ -68,6 +68,12 @@ class ChatService:
         messages, chat_id = self._parse_body(body)
         model_messages = self._to_model_messages(messages)
         last = messages[-1]
+        if last.role == "assistant" and not _answers_approvals(model_messages):
+            raise InvalidRequestError(
+                "The last message must be a user message, or an assistant message whose tool approval "
+                "requests carry the user's answers (an approval continuation); this one has none.",
+                code="invalid_last_message",
+            )
         # A continuation (after an approval) streams into the existing assistant message.
         message_id = last.id if last.role == "assistant" and last.id else new_id("msg")
         # A retried POST (same principal, chat and last message) gets the run it already started.
@@ -272,6 +278,12 @@ class ChatService:
         except ToolError as exc:
             raise InvalidRequestError(f"Invalid approval: {exc}.", code="unknown_approval") from exc
         return converted
+
+
+def _answers_approvals(messages: list[ModelMessage]) -> bool:
+    """True when the conversation ends with answers to tool approval requests (a continuation)."""
+    last = messages[-1] if messages else None
+    return isinstance(last, ToolMessage) and any(isinstance(p, ToolApprovalResponsePart) for p in last.content)
 
 
 def _parse_answers(body: Any) -> list[ApprovalAnswer]:
