@@ -29,7 +29,7 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
             agent,
             env.get("DATA_DIR", "/tmp/durable-harness"),
             slice_seconds=float(env.get("SLICE_SECONDS", "600")),
-            authenticator=authenticator_from_env(env, default_mode="none"),
+            authenticator=authenticator_from_env(env, default_mode="none", local=True),
         ).app
 
     from durable_harness.aws.runtime import build_runtime

@@ -133,6 +133,16 @@ def test_auth_mode_sets_the_url_auth_type_and_its_public_permissions(mode: str, 
     assert RESOURCES["ChatFunctionUrlInvokeAccess"]["Properties"]["InvokedViaFunctionUrl"] is True
 
 
+@pytest.mark.parametrize("choice", ["caller", "role"])
+def test_iam_principal_reaches_the_chat_function_as_a_value_its_authenticator_takes(choice: str) -> None:
+    from durable_harness.server.auth import IamAuth, authenticator_from_env
+
+    assert TEMPLATE["Parameters"]["IamPrincipal"]["AllowedValues"] == ["caller", "role"]
+    env = resolved({"IamPrincipal": choice}).resolve(function_properties(TEMPLATE, "ChatFunction")["Environment"])
+    authenticator = authenticator_from_env({**env["Variables"], "AUTH_MODE": "iam"})
+    assert isinstance(authenticator, IamAuth) and authenticator.by_role is (choice == "role")
+
+
 def test_token_mode_needs_tokens() -> None:
     [assertion] = TEMPLATE["Rules"]["TokenAuthNeedsTokens"]["Assertions"]
     for secret, hashes, ok in [("", "", False), ("", "a:" + "0" * 64, True), ("arn:aws:secretsmanager:x", "", True)]:
