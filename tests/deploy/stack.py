@@ -23,6 +23,11 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   (``StateMachineArn``, ``Name``, ``Input``) to boto3 unchanged; moto's base
   ``_normalise_parameters`` is a no-op (LocalStack's converts them), so the call fails with
   ``KeyError: 'StateMachineArn'``. :func:`repair_sfn_start_execution` lower-cases them.
+* a function error whose payload has no ``errorType`` (what Lambda returns for a sandbox it killed:
+  a timeout, out of memory) is named ``Exception`` by moto's interpreter, where Step Functions
+  reports ``Lambda.Unknown`` (Step Functions developer guide, "Handle Lambda service exceptions").
+  :func:`repair_lambda_unknown` names it as AWS does. A handler raising :class:`SandboxKilled`
+  makes the invoke patch answer like such a killed sandbox.
 * no Lambda execution without Docker: the in-process invoke patch above.
 * EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
   ``send_to_targets``) and ``TestEventPattern`` is not implemented: tests match the sample event
@@ -57,7 +62,11 @@ import boto3
 import botocore.client
 from moto import mock_aws
 from moto.awslambda.models import LambdaFunction
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_sfn
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service_lambda,
+    state_task_service_sfn,
+)
 
 from .cfn import NO_VALUE, ROOT, Resolver, function_properties, load_template
 
@@ -154,6 +163,32 @@ def repair_sfn_start_execution() -> Any:
     return mock.patch.object(state_task_service_sfn.StateTaskServiceSfn, "_normalise_parameters", normalise)
 
 
+class SandboxKilled(Exception):  # noqa: N818 (named after what happens, like the Lambda error)
+    """Raised by a test agent to stand for Lambda killing the sandbox mid-invocation (a timeout or
+    out of memory): the invoke patch then answers as Lambda does, a function error without an
+    ``errorType``. (A real kill runs no ``finally`` blocks; this exception does. Chunks those blocks
+    flush are committed under the dying slice's epoch, which the next attempt fences off anyway.)"""
+
+
+def repair_lambda_unknown() -> Any:
+    """Patch moto's lambda:invoke integration to name an error without ``errorType`` ``Lambda.Unknown``."""
+    service = state_task_service_lambda.StateTaskServiceLambda
+    original = service._from_error
+
+    def from_error(self: Any, env: Any, ex: Exception) -> Any:
+        if isinstance(ex, lambda_eval_utils.LambdaFunctionErrorException):
+            try:
+                payload = json.loads(ex.payload)
+            except ValueError:
+                payload = {"errorMessage": ex.payload}
+            if not isinstance(payload, dict) or "errorType" not in payload:
+                named = {"errorType": "Lambda.Unknown", "errorMessage": json.dumps(payload)}
+                ex = lambda_eval_utils.LambdaFunctionErrorException(ex.function_error, json.dumps(named))
+        return original(self, env, ex)
+
+    return mock.patch.object(service, "_from_error", from_error)
+
+
 class MotoStack:
     """The template's resources in moto, and the means to drive and inspect them."""
 
@@ -188,6 +223,7 @@ class MotoStack:
             mock.patch.object(LambdaFunction, "invoke", lambda fn, *args: self._invoke_in_process(fn, *args)),
             mock.patch.object(botocore.client.BaseClient, "_make_api_call", self._recording_api_call()),
             repair_sfn_start_execution(),
+            repair_lambda_unknown(),
         ):
             token = ACTOR.set("harness")
             try:
@@ -354,6 +390,11 @@ class MotoStack:
             try:
                 invocation.result = fn.load_handler()(event, context)
                 return json.dumps(invocation.result).encode()
+            except SandboxKilled:  # what Lambda answers for a sandbox it killed: no errorType
+                invocation.error = "SandboxKilled"
+                response_headers["x-amz-function-error"] = "Unhandled"
+                timed_out = f"{context.aws_request_id} Error: Task timed out after {fn.timeout}.00 seconds"
+                return json.dumps({"errorMessage": timed_out}).encode()
             except Exception as exc:  # the managed runtime's error envelope
                 invocation.error = type(exc).__name__
                 response_headers["x-amz-function-error"] = "Unhandled"

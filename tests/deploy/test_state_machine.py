@@ -74,6 +74,29 @@ def test_a_crashed_slice_is_retried_and_redoes_only_its_step(stack: MotoStack) -
     assert state_of(stack, run_id).status == "finished"
 
 
+def test_a_slice_killed_by_lambda_is_retried_as_lambda_unknown_and_resumes_with_reset_step(stack: MotoStack) -> None:
+    # Simulated: the slice streams part of step 2 and then its sandbox is killed (a timeout or out
+    # of memory). Lambda answers such an invocation with a function error that has no errorType,
+    # which Step Functions reports as Lambda.Unknown (moto names it so after repair_lambda_unknown).
+    agents.CONTROL.sandbox_kills = 2
+    run_id = start_run(stack)
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    failed = [e for e in stack.history(execution["executionArn"]) if e["type"] == "TaskFailed"]
+    assert [e["taskFailedEventDetails"]["error"] for e in failed] == ["Lambda.Unknown", "Lambda.Unknown"]
+    slices = stack.calls_of("SliceFunction", run_id)
+    assert [s.error for s in slices].count("SandboxKilled") == 2
+    assert [s.event["attempt"] for s in slices if s.event["attempt"]] == [1, 2]  # the retries of one task
+    chunks = log_of(stack, run_id)
+    # Each killed attempt had committed part of step 2: each retry tells the client to drop it.
+    assert types(chunks).count("reset-step") == 2
+    assert_complete_turn(chunks)
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}  # no tool ran twice
+    assert agents.CONTROL.model_calls[1] == 3 and agents.CONTROL.model_calls[0] == 1
+    assert state_of(stack, run_id).status == "finished"
+    assert not stack.calls_of("FinalizerFunction")
+
+
 def test_a_fatal_error_ends_in_the_finalizer_with_error_and_finish(stack: MotoStack) -> None:
     agents.CONTROL.fatal = True
     run_id = start_run(stack)

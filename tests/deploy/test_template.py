@@ -220,6 +220,9 @@ def test_the_slice_task_retries_the_slice_functions_retryable_error_and_catches_
     assert error_class in retried
     assert {"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException"} <= retried
     assert {"Lambda.TooManyRequestsException", "Sandbox.Timedout", "States.Timeout"} <= retried
+    # Lambda reports a timed-out or out-of-memory invocation as Lambda.Unknown: redo it from the checkpoint.
+    assert "Lambda.Unknown" in retried
+    assert all(retry["MaxAttempts"] <= 6 and retry["BackoffRate"] >= 2 for retry in task["Retry"])  # bounded
     assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Finalize"}]
     assert set(task["ResultSelector"]) == {"status.$", "slices.$"}  # only the small result travels
 
