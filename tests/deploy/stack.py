@@ -163,7 +163,7 @@ def repair_sfn_start_execution() -> Any:
     return mock.patch.object(state_task_service_sfn.StateTaskServiceSfn, "_normalise_parameters", normalise)
 
 
-class SandboxKilled(Exception):  # noqa: N818 (named after what happens, like the Lambda error)
+class SandboxKilled(Exception):
     """Raised by a test agent to stand for Lambda killing the sandbox mid-invocation (a timeout or
     out of memory): the invoke patch then answers as Lambda does, a function error without an
     ``errorType``. (A real kill runs no ``finally`` blocks; this exception does. Chunks those blocks
@@ -450,7 +450,8 @@ class MotoStack:
         """Wait until ``count`` executions of the run exist and none is running; they, in order."""
         deadline = time.monotonic() + timeout
         while True:
-            mine = [e for e in self.executions() if e["name"] == run_id or e["name"].startswith(f"{run_id}-c")]
+            # Named <run>-<incarnation>[-c<generation>] (or <run>[-c<generation>] without an incarnation).
+            mine = [e for e in self.executions() if e["name"] == run_id or e["name"].startswith(f"{run_id}-")]
             if len(mine) >= count and all(e["status"] != "RUNNING" for e in mine):
                 return mine
             if time.monotonic() > deadline:
@@ -577,6 +578,16 @@ def iam_request(
     action = s3_actions.get(operation, f"{prefix}:{operation}")
     if prefix == "lambda" and operation == "Invoke":
         action = "lambda:InvokeFunction"
+    if prefix == "dynamodb" and operation == "TransactWriteItems":
+        # Authorized as the actions it contains, on their tables (DynamoDB developer guide,
+        # "Using IAM with DynamoDB transactions"; a ConditionCheck needs dynamodb:ConditionCheckItem).
+        kinds = {
+            "Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"
+        }  # fmt: skip
+        items = [next(iter(entry.items())) for entry in params.get("TransactItems", [])]
+        actions = sorted({f"dynamodb:{kinds[kind]}" for kind, _ in items})
+        tables = sorted({f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{op['TableName']}" for _, op in items})
+        return actions, tables
     if prefix == "dynamodb":
         resource = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{params.get('TableName', '*')}"
         return [action], [resource]

@@ -17,7 +17,7 @@ from durable_harness.protocol.assemble import assemble_ui_message
 
 from . import agents
 from .chat import call, load_chat_app, sample_event, with_path
-from .helpers import log_of, start_run, state_of, types, wait_until
+from .helpers import log_of, runtime_of, start_run, state_of, types, wait_until
 from .stack import MotoStack
 
 
@@ -123,18 +123,22 @@ def test_a_fatal_error_ends_in_the_finalizer_with_error_and_finish(stack: MotoSt
 def test_a_long_run_continues_as_new_with_the_same_run_id(stack: MotoStack) -> None:
     run_id = start_run(stack)
     executions = stack.wait_for_executions(run_id, count=2)
-    assert [(e["name"], e["status"]) for e in executions] == [(run_id, "SUCCEEDED"), (f"{run_id}-c1", "SUCCEEDED")]
+    inc = runtime_of(stack).store.incarnation(run_id)
+    assert inc is not None
+    first, second = f"{run_id}-{inc}", f"{run_id}-{inc}-c1"
+    assert [(e["name"], e["status"]) for e in executions] == [(first, "SUCCEEDED"), (second, "SUCCEEDED")]
     # The names the orchestrator derives (to cancel every generation) are the ones the ASL makes.
-    assert [e["name"] for e in executions] == [execution_name(run_id, 0), execution_name(run_id, 1)]
+    assert [e["name"] for e in executions] == [execution_name(run_id, 0, inc), execution_name(run_id, 1, inc)]
     continued = json.loads(executions[1]["input"])
     assert continued["runId"] == run_id and continued["generation"] == 1 and continued["sliceLimit"] == 4
+    assert continued["base"] == first
     assert continued["AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID"] == executions[0]["executionArn"]
     slices = stack.calls_of("SliceFunction", run_id)
     assert [(s.event["generation"], s.event["execution"]) for s in slices] == [
-        (0, run_id),
-        (0, run_id),
-        (1, f"{run_id}-c1"),
-        (1, f"{run_id}-c1"),
+        (0, first),
+        (0, first),
+        (1, second),
+        (1, second),
     ]
     assert_complete_turn(log_of(stack, run_id))
     assert state_of(stack, run_id).slices == 4
