@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from durable_harness.aws.events import run_id_for_event, start_run_pattern
@@ -81,18 +82,42 @@ def test_a_malformed_event_is_rejected_without_a_run(stack: MotoStack) -> None:
     assert stack.executions() == []
 
 
-@pytest.mark.stack_parameters(ScheduleExpression="rate(1 day)", SchedulePrompt="Summarize the day")
-def test_a_scheduled_invocation_starts_a_run(stack: MotoStack) -> None:
+def scheduled_event(stack: MotoStack, execution_id: str, scheduled_time: str) -> dict[str, Any]:
+    """What EventBridge Scheduler sends the trigger: the template's input, its placeholders filled in."""
     schedule = stack.template["Resources"]["StartRunSchedule"]
     assert stack.resolver.exists("StartRunSchedule")
     text = stack.resolver.resolve(schedule["Properties"]["Target"]["Input"])
-    # What EventBridge Scheduler sends: its placeholders filled in.
-    text = text.replace("<aws.scheduler.execution-id>", "5b1d3c54-0d6e-4a4c-8f0a-1b2c3d4e5f60")
-    text = text.replace("<aws.scheduler.scheduled-time>", "2026-11-29T08:00:00Z")
+    text = text.replace("<aws.scheduler.execution-id>", execution_id)
+    text = text.replace("<aws.scheduler.scheduled-time>", scheduled_time)
     text = text.replace("<aws.scheduler.schedule-arn>", "arn:aws:scheduler:us-east-1:123456789012:schedule/x")
-    event = json.loads(text)
+    event: dict[str, Any] = json.loads(text)
+    return event
+
+
+@pytest.mark.stack_parameters(ScheduleExpression="rate(1 day)", SchedulePrompt="Summarize the day")
+def test_a_scheduled_invocation_starts_a_run(stack: MotoStack) -> None:
+    event = scheduled_event(stack, "5b1d3c54-0d6e-4a4c-8f0a-1b2c3d4e5f60", "2026-11-29T08:00:00Z")
     run_id = stack.invoke("TriggerFunction", event)["runId"]
     assert run_id == run_id_for_event(event)
     [execution] = stack.wait_for_executions(run_id)
     assert execution["status"] == "SUCCEEDED"
     assert state_of(stack, run_id).turn["messages"][0]["content"][0]["text"] == "Summarize the day"  # type: ignore[index]
+
+
+@pytest.mark.stack_parameters(ScheduleExpression="rate(1 day)", SchedulePrompt="Summarize the day")
+def test_two_deliveries_of_one_scheduled_time_start_one_run(stack: MotoStack) -> None:
+    # Scheduler retries an invocation with a new execution id each attempt (its docs: "a unique ID
+    # ... for each attempted invocation"); the scheduled time and the schedule stay the same.
+    first = scheduled_event(stack, "d32c5kddcf5bb8c3", "2026-11-29T08:00:00Z")
+    retry = scheduled_event(stack, "a91f0c2e7d4b6e10", "2026-11-29T08:00:00Z")
+    run_id = stack.invoke("TriggerFunction", first)["runId"]
+    assert stack.invoke("TriggerFunction", retry) == {"runId": run_id}
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "SUCCEEDED"
+    assert stack.invoke("TriggerFunction", retry) == {"runId": run_id}  # a late retry, after the run ended
+    assert len(stack.executions()) == 1 and len(stack.calls_of("SliceFunction", run_id)) == 4
+    # The next day's invocation is another run.
+    next_day = stack.invoke("TriggerFunction", scheduled_event(stack, "0e44b2c1f9aa7d35", "2026-11-30T08:00:00Z"))
+    assert next_day["runId"] != run_id
+    stack.wait_for_executions(next_day["runId"])
+    assert len(stack.executions()) == 2
