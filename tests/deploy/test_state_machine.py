@@ -17,7 +17,7 @@ from durable_harness.protocol.assemble import assemble_ui_message
 
 from . import agents
 from .chat import call, load_chat_app, sample_event, with_path
-from .helpers import log_of, runtime_of, start_run, state_of, types, wait_until
+from .helpers import lifecycle_listener, log_of, runtime_of, start_run, state_of, types, wait_until
 from .stack import MotoStack
 
 
@@ -145,6 +145,7 @@ def test_a_long_run_continues_as_new_with_the_same_run_id(stack: MotoStack) -> N
 
 
 async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoStack) -> None:
+    listen = lifecycle_listener(stack)
     with stack.function_env("ChatFunction"):
         app = load_chat_app()
     agents.CONTROL.gate = gate = threading.Event()
@@ -167,6 +168,9 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     assert types(chunks).count("finish") == 1
     assert state_of(stack, run_id).status == "cancelled"
     assert agents.CONTROL.executions == {"alpha": 1}  # beta's tool call never ran
+    # The chat function announced the cancel on the bus (the slice had announced the start).
+    announced = [(e["detail-type"], e["detail"]["runId"], e["detail"]["status"]) for e in listen()]
+    assert announced == [("Run Started", run_id, "ready_for_next_step"), ("Run Cancelled", run_id, "cancelled")]
 
 
 @pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
@@ -186,3 +190,20 @@ def test_a_run_that_needs_approval_pauses_with_a_request_signed_by_the_secret(st
     )
     assert "s3cr3t" not in json.dumps(chunks)
     assert agents.CONTROL.executions == {}  # nothing runs before the user answers
+
+
+@pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
+async def test_cancelling_a_run_paused_for_approval_announces_run_cancelled(stack: MotoStack) -> None:
+    listen = lifecycle_listener(stack)
+    run_id = start_run(stack, "Remove gamma.")
+    stack.wait_for_executions(run_id)
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    cancel = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/cancel")
+    cancel["body"] = ""
+    response = await call(app, cancel)
+    assert response.status == 200 and response.json()["status"] == "cancelled"
+    kinds = [(e["detail-type"], e["detail"]["status"]) for e in listen()]
+    assert kinds[-1] == ("Run Cancelled", "cancelled") and ("Run Awaiting Approval", "awaiting_tool_approval") in kinds
+    assert (await call(app, cancel)).status == 409  # cancelled once; nothing announced again
+    assert listen() == []

@@ -10,7 +10,7 @@ from durable_harness.aws.events import run_id_for_event, start_run_pattern
 from moto.events.models import EventPattern
 
 from .chat import call, load_chat_app, sample_event, with_path
-from .helpers import log_of, state_of, types
+from .helpers import lifecycle_listener, log_of, state_of, types
 from .stack import MotoStack
 
 
@@ -56,17 +56,11 @@ async def test_an_event_delivered_twice_starts_one_run_that_a_chat_client_follow
 
 
 def test_runs_announce_their_lifecycle_on_the_bus(stack: MotoStack) -> None:
-    sqs, events = stack.client("sqs"), stack.client("events")
-    queue = sqs.create_queue(QueueName="lifecycle")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    events.put_rule(Name="lifecycle", EventPattern=json.dumps({"source": ["durable-harness"]}))
-    events.put_targets(Rule="lifecycle", Targets=[{"Id": "q", "Arn": queue_arn}])
+    listen = lifecycle_listener(stack)
     event = sample_event("start-run.json")
     run_id = stack.invoke("TriggerFunction", event)["runId"]
     stack.wait_for_executions(run_id)
-    received = []
-    while batch := sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", []):
-        received += [json.loads(m["Body"]) for m in batch]
+    received = listen()
     assert [(e["detail-type"], e["detail"]["runId"]) for e in received] == [
         ("Run Started", run_id),
         ("Run Finished", run_id),

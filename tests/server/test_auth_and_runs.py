@@ -15,6 +15,7 @@ import httpx
 import pytest
 from durable_harness import ApprovalSecret
 from durable_harness.demo import SAVED_NOTES, build_demo_agent
+from durable_harness.errors import StorageError
 from durable_harness.server.auth import IamAuth, TokenAuth, authenticator_from_env, parse_token_hashes
 from durable_harness.server.local import LocalKit, build_local_kit
 
@@ -94,6 +95,13 @@ def test_status_of_a_finished_run(url: str) -> None:
 
 def test_cancel_a_live_run(tmp_path: Path) -> None:
     kit = build_local_kit(build_demo_agent(delay=0.05), tmp_path / "slow")
+    announced: list[tuple[str, str, str]] = []
+
+    def announce(state: Any, kind: str) -> None:  # deployed: EventPublisher.publish
+        announced.append((state.run_id, state.status, kind))
+        raise StorageError("the bus is unavailable")  # best effort: the cancel stands anyway
+
+    kit.service.announce = announce
     with (
         serve(kit.app) as url,
         httpx.stream(
@@ -112,6 +120,7 @@ def test_cancel_a_live_run(tmp_path: Path) -> None:
     assert [c["type"] for c in chunks].count("finish") == 1
     assert rest.endswith(b"data: [DONE]\n\n")
     assert again.status_code == 409 and again.json()["error"]["code"] == "run_ended"
+    assert announced == [(run_id, "cancelled", "Run Cancelled")]  # once: not for the 409
 
 
 def test_approvals_of_a_run_without_a_chat_client(url: str) -> None:

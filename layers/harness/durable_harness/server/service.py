@@ -8,14 +8,23 @@ Functions).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..agent.continuation import ApprovalAnswer
 from ..agent.execution import match_approvals
-from ..errors import FencedError, InvalidRequestError, ProtocolError, RunExistsError, RunNotFoundError, ToolError
+from ..errors import (
+    FencedError,
+    HarnessError,
+    InvalidRequestError,
+    ProtocolError,
+    RunExistsError,
+    RunNotFoundError,
+    ToolError,
+)
 from ..ids import derived_run_id, new_id, new_run_id
 from ..ledger import approval_key
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
@@ -25,6 +34,8 @@ from ..protocol.wire import compact_json
 from ..runner.runner import Runner
 from ..runner.state import RunState
 from .notifier import CommitSignal
+
+logger = logging.getLogger(__name__)
 
 _FINISH_PREFIX = '{"type":"finish"'
 KEEPALIVE = None
@@ -57,11 +68,16 @@ class ChatService:
         *,
         signal: CommitSignal | None = None,
         config: ServiceConfig | None = None,
+        announce: Callable[[RunState, str], None] | None = None,
     ) -> None:
+        """``announce(state, kind)`` is told of the lifecycle transitions the service itself makes
+        (``"Run Cancelled"``); deployed, it publishes them on the event bus. Best effort: a failure
+        is logged, and the cancel stands."""
         self.runner = runner
         self.orchestrator = orchestrator
         self.signal = signal
         self.config = config or ServiceConfig()
+        self.announce = announce
 
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
@@ -150,16 +166,29 @@ class ChatService:
         state = await self.load(run_id, principal)
         if state.status == "awaiting_tool_approval" and state.continued_by is None:
             try:  # a paused run is abandoned: nothing runs, its log already ends with `finish`
-                return await asyncio.to_thread(self.runner.abandon, run_id)
+                abandoned = await asyncio.to_thread(self.runner.abandon, run_id)
             except FencedError:
                 raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
                                           status=409) from None  # fmt: skip
+            await self._announce(abandoned, "Run Cancelled")
+            return abandoned
         if state.terminal:
             # A cancel that died between its terminal checkpoint and `finish` is completed here.
             await self.runner.finalize(run_id, status="cancelled")
             raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
         self.orchestrator.cancel(run_id)
-        return await self.runner.finalize(run_id, status="cancelled")
+        cancelled = await self.runner.finalize(run_id, status="cancelled")
+        if cancelled.status == "cancelled":  # not when the run ended by itself first
+            await self._announce(cancelled, "Run Cancelled")
+        return cancelled
+
+    async def _announce(self, state: RunState, kind: str) -> None:
+        if self.announce is None:
+            return
+        try:
+            await asyncio.to_thread(self.announce, state, kind)
+        except HarnessError as exc:  # a lost notification must not undo (or fail) what happened
+            logger.warning("run %s: could not announce %r: %s", state.run_id, kind, exc)
 
     async def answer_approvals(self, run_id: str, body: Any, principal: str | None) -> RunState:
         """Answer a paused run's approvals without a chat client; starts the continuation run."""
