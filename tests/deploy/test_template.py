@@ -267,6 +267,35 @@ def test_the_optional_schedule_exists_only_with_an_expression() -> None:
     assert request.messages[0].parts[0].text == "Summarize the day"  # type: ignore[union-attr]
 
 
+def test_undeliverable_starts_go_to_an_encrypted_dead_letter_queue_with_an_alarm() -> None:
+    rule = RESOURCES["TriggerFunction"]["Properties"]["Events"]["StartRun"]["Properties"]
+    schedule = RESOURCES["StartRunSchedule"]["Properties"]["Target"]
+    dead_letter = {"Arn": {"Fn::GetAtt": ["StartRunDeadLetterQueue", "Arn"]}}
+    for target in (rule, schedule):
+        assert target["DeadLetterConfig"] == dead_letter
+        assert target["RetryPolicy"] == {"MaximumRetryAttempts": 4, "MaximumEventAgeInSeconds": 3600}
+    queue = RESOURCES["StartRunDeadLetterQueue"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True and queue["MessageRetentionPeriod"] == 14 * 86400
+    # Only the rule may send to it (as EventBridge), and only over TLS.
+    allow, deny = RESOURCES["StartRunDeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert (allow["Principal"], allow["Action"]) == ({"Service": "events.amazonaws.com"}, "sqs:SendMessage")
+    assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["TriggerFunctionStartRun", "Arn"]}}}
+    assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
+    # The schedule sends its dead letters with its own role.
+    role = RESOURCES["StartRunScheduleRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    assert {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": dead_letter["Arn"]} in role
+    alarm = RESOURCES["StartRunDeadLetterAlarm"]["Properties"]
+    queue_name = {"Fn::GetAtt": ["StartRunDeadLetterQueue", "QueueName"]}
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": queue_name}]
+    assert resolved().resolve({"AlarmActions": alarm["AlarmActions"]}) == {}  # no topic: no action
+    topic = "arn:aws:sns:us-east-1:123456789012:ops"
+    assert resolved({"AlarmTopicArn": topic}).resolve(alarm["AlarmActions"]) == [topic]
+    outputs = TEMPLATE["Outputs"]
+    assert outputs["StartRunDeadLetterQueueUrl"]["Value"] == {"Ref": "StartRunDeadLetterQueue"}
+    assert outputs["StartRunDeadLetterQueueArn"]["Value"] == dead_letter["Arn"]
+    assert outputs["StartRunDeadLetterAlarmName"]["Value"] == {"Ref": "StartRunDeadLetterAlarm"}
+
+
 def test_samconfig_deploys_the_template_parameters() -> None:
     config = tomllib.loads((ROOT / "samconfig.toml").read_text())
     assert config["version"] == 0.1

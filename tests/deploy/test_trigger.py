@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from durable_harness.aws.events import run_id_for_event, start_run_pattern
+from durable_harness.ids import new_run_id
 from moto.events.models import EventPattern
 
 from .chat import call, load_chat_app, sample_event, with_path
@@ -115,3 +116,60 @@ def test_two_deliveries_of_one_scheduled_time_start_one_run(stack: MotoStack) ->
     assert next_day["runId"] != run_id
     stack.wait_for_executions(next_day["runId"])
     assert len(stack.executions()) == 2
+
+
+def put_start_run(stack: MotoStack, run_id: str) -> None:
+    """Put a "Start Run" event on the stack's bus, as a client would."""
+    detail = {"prompt": "Check alpha and beta.", "runId": run_id}
+    entry = {"Source": "durable-harness.client", "DetailType": "Start Run", "Detail": json.dumps(detail)}
+    response = stack.client("events").put_events(Entries=[{**entry, "EventBusName": "default"}])
+    assert response["FailedEntryCount"] == 0
+
+
+def test_a_start_run_event_that_cannot_be_delivered_lands_in_the_dead_letter_queue(stack: MotoStack) -> None:
+    # Simulated (tests/deploy/eventbridge.py): EventBridge's side of delivering to the trigger
+    # function, which moto does not do: an asynchronous Invoke, retried per the target's retry
+    # policy, and the event sent to the target's dead-letter queue when that fails. Real: the bus,
+    # the rule, the retry policy and queue as the template sets them, moto's Lambda and SQS.
+    sqs, cloudwatch = stack.client("sqs"), stack.client("cloudwatch")
+    queue = stack.dead_letter_queue_url
+    assert stack.resolver.resolve({"Ref": "StartRunDeadLetterQueue"}) == queue  # the queue of the Outputs
+    attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert attributes["SqsManagedSseEnabled"] == "true"  # encrypted at rest
+
+    # Delivered on the third attempt (Lambda throttled the first two Invoke calls): one run.
+    stack.async_invoke_faults["TriggerFunction"] = ["TooManyRequestsException"] * 2
+    delivered = new_run_id()
+    put_start_run(stack, delivered)
+    [execution] = stack.wait_for_executions(delivered)
+    assert execution["status"] == "SUCCEEDED"
+    assert stack.lambda_targets.deliveries[-1].attempts == 3
+
+    # Throttled past the retry policy (4 retries): the event goes to the dead-letter queue.
+    stack.async_invoke_faults["TriggerFunction"] = ["TooManyRequestsException"] * 5
+    throttled = new_run_id()
+    put_start_run(stack, throttled)
+    # The trigger function is gone (say, a failed deployment): no retry, straight to the queue.
+    stack.client("lambda").delete_function(FunctionName=stack.functions["TriggerFunction"].name)
+    missing = new_run_id()
+    put_start_run(stack, missing)
+
+    letters = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, MessageAttributeNames=["All"])["Messages"]
+    by_run = {json.loads(m["Body"])["detail"]["runId"]: m for m in letters}
+    assert set(by_run) == {throttled, missing}  # nothing lost, nothing delivered twice
+    for run_id, code, retries in ((throttled, "THROTTLING", "4"), (missing, "RESOURCE_NOT_FOUND", "0")):
+        body = json.loads(by_run[run_id]["Body"])
+        assert (body["source"], body["detail-type"]) == ("durable-harness.client", "Start Run")  # the event itself
+        found = {k: v["StringValue"] for k, v in by_run[run_id]["MessageAttributes"].items()}
+        assert found["RULE_ARN"] == stack.rule_arn
+        assert found["TARGET_ARN"] == stack.functions["TriggerFunction"].arn
+        assert (found["ERROR_CODE"], found["RETRY_ATTEMPTS"]) == (code, retries)
+    assert [e["name"] for e in stack.executions()] == [execution["name"]]  # the undelivered events started no run
+
+    # The alarm watches exactly this queue's depth, and goes off at one message.
+    [alarm] = cloudwatch.describe_alarms(AlarmNames=[stack.resolver.physical["StartRunDeadLetterAlarm"]])[
+        "MetricAlarms"
+    ]
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": queue.rsplit("/", 1)[-1]}]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanThreshold", 0.0)
