@@ -11,11 +11,11 @@ import boto3
 import pytest
 from durable_harness.aws import DynamoCheckpointStore, S3ChunkLog, StepFunctionsOrchestrator, build_runtime
 from durable_harness.aws.stepfunctions import ExecutionNameTakenError, execution_name
-from durable_harness.errors import FencedError, RunExistsError, RunNotFoundError
+from durable_harness.errors import FencedError, RetryableError, RunExistsError, RunNotFoundError, StorageError
 from durable_harness.ids import new_run_id
 from durable_harness.ports import Checkpoint
 
-from tests.aws.conftest import BUCKET, REGION, TABLE
+from tests.aws.conftest import BUCKET, REGION, TABLE, Fault
 from tests.aws.test_stepfunctions import ASL, executions
 
 DAY = 86400
@@ -65,6 +65,8 @@ def test_creating_a_run_makes_an_incarnation_and_an_empty_log_of_it_in_one_trans
     with pytest.raises(RunExistsError):
         store.create(record(run_id, '{"other":1}'))
     assert store.load(run_id).state == "{}" and log.read(run_id, 0) == chunks("a", 2)
+    existing, created = DynamoCheckpointStore(TABLE, client=ddb).create_if_absent(record(run_id, '{"x":1}'))
+    assert not created and existing.state == "{}"  # the record the cancelled transaction found
     # Records that are not runs (the approval ledger's) get no log head.
     store.create(record("apv_" + "0" * 48))
     assert set(items(ddb, "apv_" + "0" * 48)) == {"run"}
@@ -222,3 +224,20 @@ def test_the_runtime_caps_records_at_the_chunk_retention_and_keeps_heads_as_long
     assert 29.9 * DAY < int(found["run"]["expires_at"]["N"]) - now <= 30 * DAY
     assert 44.9 * DAY < int(found["log"]["expires_at"]["N"]) - now <= 45 * DAY
     assert runtime.orchestrator.current_incarnation(run_id) == found["run"]["inc"]["S"]
+
+
+def test_a_create_cancelled_by_a_conflicting_transaction_is_retryable_and_writes_nothing(ddb: Any) -> None:
+    body = {
+        "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+        "message": "Transaction cancelled [None, TransactionConflict]",
+        "CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict", "Message": "conflict"}],
+    }
+    fault = Fault(ddb, "TransactWriteItems", 400, json.dumps(body).encode(), "application/x-amz-json-1.0", times=1)
+    store = DynamoCheckpointStore(TABLE, client=ddb)
+    run_id = new_run_id()
+    with pytest.raises(StorageError, match="TransactionConflict") as info:
+        store.create(record(run_id))
+    assert isinstance(info.value, RetryableError) and fault.attempts == 1
+    assert items(ddb, run_id) == {}
+    store.create(record(run_id))  # the retry goes through
+    assert set(items(ddb, run_id)) == {"run", "log"}

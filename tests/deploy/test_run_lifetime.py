@@ -41,7 +41,7 @@ def run_items(stack: MotoStack, run_id: str) -> dict[str, dict[str, Any]]:
 
 def segment_keys(stack: MotoStack, run_id: str) -> list[str]:
     """Every chunk-log object of the run id in the bucket (all incarnations)."""
-    bucket = runtime_of(stack).log._bucket
+    bucket = stack.functions["ChatFunction"].env["CHUNK_BUCKET"]
     listed = stack.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"runs/{run_id}/")
     return [o["Key"] for o in listed.get("Contents", []) if "/seg/" in o["Key"]]
 
@@ -98,7 +98,7 @@ def test_every_segment_and_state_object_of_a_run_expires_after_its_record(stack:
     run_id = new_run_id()
     stack.invoke("TriggerFunction", start_run_event(run_id, "event-1", "ops"))
     stack.wait_for_executions(run_id)
-    bucket = runtime_of(stack).log._bucket
+    bucket = stack.functions["ChatFunction"].env["CHUNK_BUCKET"]
     s3 = stack.client("s3")
     [rule] = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     days = rule["Expiration"]["Days"]
