@@ -225,6 +225,12 @@ class RequestMeter:
         else:
             sent = 0
         entry = Request(service=service, op=op, sent=sent, at=time.monotonic())
+        if service == "dynamodb" and op == "TransactWriteItems":
+            # Two write units per KB of each item written (transactions cost double); creating a
+            # run puts its record and a fresh log head in one transaction.
+            payload = json.loads(body) if body else {}
+            puts = [entry["Put"]["Item"] for entry in payload.get("TransactItems", []) if "Put" in entry]
+            entry.wru = float(sum(2 * max(1, math.ceil(len(json.dumps(item)) / 1024)) for item in puts))
         if service == "dynamodb" and op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
             payload = json.loads(body) if body else {}
             key = payload.get("Key") or payload.get("Item") or {}

@@ -37,6 +37,7 @@ GENERIC_MESSAGES = {
     "Sandbox.Timedout": "The run failed: a step took too long.",
     "States.Timeout": "The run failed: a step took too long.",
     "Runtime.ExitError": "The run failed: its worker stopped unexpectedly.",
+    "Lambda.Unknown": "The run failed: its worker stopped unexpectedly (a timeout or out of memory).",
     "Runtime.OutOfMemory": "The run failed: its worker ran out of memory.",
 }
 DEFAULT_MESSAGE = "The run failed because of an internal error."

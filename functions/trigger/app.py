@@ -6,10 +6,11 @@ whose source is ``durable-harness.schedule``). ``detail`` carries ``prompt`` (on
 or ``messages`` (AI SDK UI messages), and optionally ``runId``, ``chatId`` and ``callOptions``
 (validated by the agent's ``call_options`` model, like a chat client's extra ``body`` fields).
 
-EventBridge delivers at least once. The run id is derived from the event (its ``id``, or a valid
-``detail.runId``), the run is created only if it does not exist, and the execution is named after
-the run: the same event delivered twice starts one run. The run then streams to the same chunk
-log as a chat run and can be followed with ``GET /api/chat/<runId>/stream``.
+EventBridge delivers at least once, and Scheduler retries. The run id is derived from the event
+(a valid ``detail.runId``, else its ``id``; for a scheduled event the schedule and the scheduled
+time), the run is created only if it does not exist, and the execution is named after the run:
+the same event delivered twice, or one scheduled time invoked twice, starts one run. The run then
+streams to the same chunk log as a chat run and can be followed with ``GET /api/chat/<runId>/stream``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from durable_harness.aws.events import START_RUN_SOURCE, parse_start_run_event
+from durable_harness.aws.events import SCHEDULE_SOURCE, START_RUN_SOURCE, parse_start_run_event
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.cli import DEFAULT_AGENT, load_agent
 from durable_harness.errors import InvalidRequestError, ProtocolError, RunExistsError
@@ -31,10 +32,6 @@ from durable_harness.runner.runner import Runner
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-
-SCHEDULE_SOURCE = "durable-harness.schedule"
-"""The ``source`` of the events the optional schedule sends (see template.yaml)."""
-
 
 @cache
 def _runtime() -> tuple[AwsRuntime, Runner]:

@@ -8,7 +8,13 @@ from typing import Any
 import boto3
 import pytest
 from durable_harness.aws import EventPublisher, parse_start_run_event, run_id_for_event, start_run_pattern
-from durable_harness.aws.events import MAX_DETAIL_BYTES, START_RUN_DETAIL_TYPE, START_RUN_SOURCE, kind_for_status
+from durable_harness.aws.events import (
+    MAX_DETAIL_BYTES,
+    SCHEDULE_SOURCE,
+    START_RUN_DETAIL_TYPE,
+    START_RUN_SOURCE,
+    kind_for_status,
+)
 from durable_harness.errors import InvalidRequestError, StorageError
 from durable_harness.ids import is_run_id, new_run_id
 from durable_harness.runner.state import FinalResult, RunState
@@ -144,6 +150,23 @@ def test_run_ids_for_events_are_deterministic_and_valid() -> None:
     assert run_id_for_event(start_event(runId="not-a-run-id", prompt="hi")) == first  # ignored
     with pytest.raises(InvalidRequestError):
         run_id_for_event({"detail": {}})
+
+
+def test_scheduled_events_are_keyed_by_schedule_and_scheduled_time_not_by_attempt() -> None:
+    def scheduled(execution_id: str, at: str, schedule: str = "arn:aws:scheduler:us-east-1:1:schedule/s") -> Any:
+        return {"id": execution_id, "source": SCHEDULE_SOURCE, "time": at, "resources": [schedule],
+                "detail-type": START_RUN_DETAIL_TYPE, "detail": {"prompt": "hi"}}  # fmt: skip
+
+    first = run_id_for_event(scheduled("attempt-1", "2026-11-29T08:00:00Z"))
+    assert is_run_id(first)
+    assert run_id_for_event(scheduled("attempt-2", "2026-11-29T08:00:00Z")) == first  # a retry
+    assert run_id_for_event(scheduled("attempt-1", "2026-11-30T08:00:00Z")) != first  # the next time
+    assert run_id_for_event(scheduled("attempt-1", "2026-11-29T08:00:00Z", "arn:other")) != first
+    # A client event with the same id is another run (the id is not what keys scheduled runs).
+    assert run_id_for_event({"id": "attempt-1", "source": START_RUN_SOURCE, "detail": {}}) != first
+    for broken in ({"resources": []}, {"time": None}, {"resources": "arn"}):
+        with pytest.raises(InvalidRequestError, match="scheduled time"):
+            run_id_for_event(scheduled("attempt-1", "2026-11-29T08:00:00Z") | broken)
 
 
 def test_start_run_events_are_parsed_and_validated() -> None:

@@ -64,7 +64,7 @@ def _serve(args: argparse.Namespace) -> None:
     _local_approval_secret(args.data_dir)
     agent = load_agent(args.agent, **extra)
     try:
-        authenticator = authenticator_from_env(os.environ, default_mode="none")
+        authenticator = authenticator_from_env(os.environ, default_mode="none", local=True)
     except ValueError as exc:
         raise SystemExit(f"authentication: {exc}") from None
     kit = build_local_kit(agent, args.data_dir, slice_seconds=args.slice_seconds, authenticator=authenticator)

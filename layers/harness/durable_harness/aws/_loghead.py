@@ -16,10 +16,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ._errors import aws_errors, error_code, error_item, translate
 
-__all__ = ["ConditionFailed", "Head", "LogHead", "n"]
+__all__ = ["ConditionFailed", "Head", "LogHead", "fresh_head_item", "n"]
 
 _SK = "log"
-_NAMES = {"#c": "count", "#e": "epoch", "#w": "writer", "#wf": "writer_from", "#x": "expires_at"}
+_NAMES = {"#c": "count", "#e": "epoch", "#w": "writer", "#wf": "writer_from", "#x": "expires_at", "#i": "inc"}
 _PLACEHOLDER = re.compile(r"#\w+")
 
 
@@ -31,6 +31,8 @@ class Head:
     fence: int = 0
     writer: int | None = None
     writer_from: int = 0
+    inc: str | None = None
+    """The run incarnation whose log this is (``None``: a log made before incarnations existed)."""
 
     @classmethod
     def of(cls, item: dict[str, Any] | None) -> Head:
@@ -40,7 +42,8 @@ class Head:
         def num(name: str) -> int | None:
             return int(item[name]["N"]) if name in item else None
 
-        return cls(num("count") or 0, num("epoch") or 0, num("writer"), num("writer_from") or 0)
+        inc = item["inc"]["S"] if "inc" in item else None
+        return cls(num("count") or 0, num("epoch") or 0, num("writer"), num("writer_from") or 0, inc)
 
 
 class ConditionFailed(Exception):
@@ -54,8 +57,8 @@ class ConditionFailed(Exception):
 class LogHead:
     """Reads and conditional updates of head items, through a boto3 DynamoDB client.
 
-    Placeholders ``#c #e #w #wf #x`` name ``count epoch writer writer_from expires_at`` (two of
-    which are DynamoDB reserved words). Every update also pushes ``expires_at`` out by
+    Placeholders ``#c #e #w #wf #x #i`` name ``count epoch writer writer_from expires_at inc`` (two
+    of which are DynamoDB reserved words). Every update also pushes ``expires_at`` out by
     ``ttl_seconds`` (unless ``None``).
     """
 
@@ -110,6 +113,14 @@ class LogHead:
     @staticmethod
     def _key(run_id: str) -> dict[str, Any]:
         return {"pk": {"S": run_id}, "sk": {"S": _SK}}
+
+
+def fresh_head_item(run_id: str, inc: str, expires_at: int | None) -> dict[str, Any]:
+    """The head item of an empty log of incarnation ``inc`` (written when the run record is created)."""
+    item: dict[str, Any] = {"pk": {"S": run_id}, "sk": {"S": _SK}, "count": n(0), "epoch": n(0), "inc": {"S": inc}}
+    if expires_at is not None:
+        item["expires_at"] = n(expires_at)
+    return item
 
 
 def n(value: int) -> dict[str, str]:

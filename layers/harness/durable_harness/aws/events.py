@@ -18,6 +18,11 @@ with ``messages`` (AI SDK UI messages) instead of ``prompt`` for a whole convers
 optionally ``callOptions`` (validated by the agent, like a chat client's ``body``). EventBridge
 delivers at least once, so the run id is derived from the event's ``id`` (the same on every
 redelivery) unless ``detail.runId`` already is a valid run id: the same event starts one run.
+
+The optional schedule (EventBridge Scheduler) sends events of the same shape with ``source``
+:data:`SCHEDULE_SOURCE`. Its ``id`` is the scheduler's execution id, which is new on every retry
+of an invocation, so a scheduled run's id is derived from what a retry keeps: the schedule's ARN
+(``resources[0]``) and the scheduled time (``time``). One scheduled time starts one run.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from ._errors import aws_errors
 __all__ = [
     "LIFECYCLE_KINDS",
     "MAX_DETAIL_BYTES",
+    "SCHEDULE_SOURCE",
     "START_RUN_DETAIL_TYPE",
     "START_RUN_SOURCE",
     "EventPublisher",
@@ -56,6 +62,9 @@ START_RUN_SOURCE: Final = "durable-harness.client"
 
 START_RUN_DETAIL_TYPE: Final = "Start Run"
 """``detail-type`` of inbound events that start a run."""
+
+SCHEDULE_SOURCE: Final = "durable-harness.schedule"
+"""The ``source`` of the events the optional schedule sends (see template.yaml)."""
 
 _STATUS_KINDS = {
     "awaiting_tool_approval": "Run Awaiting Approval",
@@ -173,14 +182,25 @@ def start_run_pattern(source: str = START_RUN_SOURCE) -> dict[str, list[str]]:
 def run_id_for_event(event: Mapping[str, Any]) -> str:
     """A run id that is the same every time this event is delivered.
 
-    ``detail.runId`` when it is a valid run id; otherwise a SHA-256 derivation of the event's
-    ``id`` (EventBridge keeps it across redeliveries) in the format of ``ids.new_run_id``.
+    ``detail.runId`` when it is a valid run id; otherwise a SHA-256 derivation, in the format of
+    ``ids.new_run_id``, of the event's ``id`` (EventBridge keeps it across redeliveries), or, for
+    the schedule's events, of the schedule's ARN and the scheduled time (Scheduler keeps those
+    across retries, not the id).
     """
     detail = event.get("detail")
     if isinstance(detail, Mapping):
         given = detail.get("runId")
         if isinstance(given, str) and is_run_id(given):
             return given
+    if event.get("source") == SCHEDULE_SOURCE:
+        resources, scheduled = event.get("resources"), event.get("time")
+        schedule = resources[0] if isinstance(resources, list) and resources else None
+        if not isinstance(schedule, str) or not schedule or not isinstance(scheduled, str) or not scheduled:
+            raise InvalidRequestError(
+                "a scheduled event needs the schedule's ARN in 'resources' and the scheduled time in 'time'",
+                code="invalid_event",
+            )
+        return derived_run_id("scheduler-start-run", schedule, scheduled)
     event_id = event.get("id")
     if not isinstance(event_id, str) or not event_id:
         raise InvalidRequestError("the event has no 'id' to derive a run id from", code="invalid_event")

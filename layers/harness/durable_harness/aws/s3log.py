@@ -1,10 +1,18 @@
 """The deployed chunk log: immutable segments in S3, a fenced head item in DynamoDB (D1, D4).
 
 Layout. Each append is one S3 object (a *segment*: the appended chunks, one per line) at
-``<prefix><run_id>/seg/<inverted start>-<inverted epoch>`` (see :mod:`._segments`). The *head* is
-the item ``pk=<run_id>, sk="log"`` in the runs table: ``count`` (committed chunks), ``epoch`` (the
-fence), ``writer`` (the epoch of the last commit) and ``writer_from`` (where that epoch's commits
-begin), plus ``expires_at`` for TTL. The head stays this small however long the run gets.
+``<prefix><run_id>/<inc>/seg/<inverted start>-<inverted epoch>`` (see :mod:`._segments`). The
+*head* is the item ``pk=<run_id>, sk="log"`` in the runs table: ``count`` (committed chunks),
+``epoch`` (the fence), ``writer`` (the epoch of the last commit) and ``writer_from`` (where that
+epoch's commits begin), ``inc``, plus ``expires_at`` for TTL. The head stays this small however
+long the run gets.
+
+Incarnations. A run id can be used again after its record expired; the old run's segments are
+still in the bucket then (they outlive the record, see :mod:`.dynamodb`). Creating the record
+writes a fresh head whose ``inc`` names the new incarnation, and segments live under it, so the
+new run's log starts empty and never meets the old one's segments. A head without ``inc`` (one
+that ``open`` created, or one from before incarnations existed) keeps its segments directly
+under ``<prefix><run_id>/seg/``.
 
 Writing. ``open`` raises the fence with one conditional UpdateItem. An append is one PutObject
 with ``If-None-Match: *`` and then one UpdateItem ``SET count = :end`` conditional on
@@ -38,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -115,16 +124,17 @@ class S3ChunkLog:
         self._check(run_id, 0)
         if limit == 0:
             return []
-        head = self._table.get(run_id, "#c, #w, #wf")
+        head = self._table.get(run_id, "#c, #w, #wf, #i")
         end = head.count if limit is None else min(head.count, start + limit)
         if start >= end:
             return []
+        log = _Log(run_id, head.inc)
         out: list[str] = []
-        pos = self._take_cached(run_id, start, end, out)
-        if pos < end and head.writer is not None and pos >= head.writer_from and self._cache.is_boundary(run_id, pos):
-            pos = self._read_direct(run_id, pos, end, head.writer, out)
+        pos = self._take_cached(log, start, end, out)
+        if pos < end and head.writer is not None and pos >= head.writer_from and self._cache.is_boundary(log.key, pos):
+            pos = self._read_direct(log, pos, end, head.writer, out)
         if pos < end:
-            self._read_listed(run_id, pos, end, out)
+            self._read_listed(log, pos, end, out)
         return out
 
     def count(self, run_id: str) -> int:
@@ -151,7 +161,8 @@ class S3ChunkLog:
             head = self._take_fence(run_id, epoch, start)  # also checks start, atomically
         if not chunks:
             return start  # an empty segment would take the key of the next real one
-        key = self._segment_key(run_id, start, epoch)
+        log = _Log(run_id, head.inc)
+        key = self._segment_key(log, start, epoch)
         self._put_segment(run_id, key, data, start, epoch)
         end = start + len(chunks)
         first = head.writer != epoch
@@ -176,8 +187,8 @@ class S3ChunkLog:
         else:
             raise StorageError(f"run {run_id!r}: could not commit the append at {start}")
         writer_from = start if first else head.writer_from
-        self._set_head(run_id, Head(end, epoch, epoch, writer_from))
-        self._cache.put(run_id, start, chunks, len(data))
+        self._set_head(run_id, Head(end, epoch, epoch, writer_from, head.inc))
+        self._cache.put(log.key, start, chunks, len(data))
         return end
 
     def _take_fence(self, run_id: str, epoch: int, start: int | None) -> Head:
@@ -232,9 +243,9 @@ class S3ChunkLog:
 
     # --- reading -----------------------------------------------------------------------------------
 
-    def _take_cached(self, run_id: str, pos: int, end: int, out: list[str]) -> int:
+    def _take_cached(self, log: _Log, pos: int, end: int, out: list[str]) -> int:
         while pos < end:
-            found = self._cache.containing(run_id, pos)
+            found = self._cache.containing(log.key, pos)
             if found is None:
                 break
             seg_start, chunks = found
@@ -242,34 +253,35 @@ class S3ChunkLog:
             pos = min(end, seg_start + len(chunks))
         return pos
 
-    def _read_direct(self, run_id: str, pos: int, end: int, writer: int, out: list[str]) -> int:
+    def _read_direct(self, log: _Log, pos: int, end: int, writer: int, out: list[str]) -> int:
         """Follow segments by key from a known boundary inside the last writer's range."""
         for _ in range(_DIRECT_GETS):
-            chunks = self._get_segment(run_id, pos, self._segment_key(run_id, pos, writer))
+            chunks = self._get_segment(log, pos, self._segment_key(log, pos, writer))
             if chunks is None:
                 return pos  # not where we expected (cannot happen with a sound log): list instead
             out.extend(chunks[: end - pos])
-            pos = self._take_cached(run_id, min(end, pos + len(chunks)), end, out)
+            pos = self._take_cached(log, min(end, pos + len(chunks)), end, out)
             if pos >= end:
                 break
         return pos
 
-    def _read_listed(self, run_id: str, pos: int, end: int, out: list[str]) -> None:
+    def _read_listed(self, log: _Log, pos: int, end: int, out: list[str]) -> None:
         """List the segments covering ``[pos, end)`` once, fetch them in parallel, stitch them."""
-        segments = self._list_range(run_id, pos, end)
+        run_id = log.run_id
+        segments = self._list_range(log, pos, end)
         found: dict[int, tuple[str, ...]] = {}
         todo: list[tuple[int, str]] = []
         for seg_start, key in segments:
-            cached = self._cache.containing(run_id, seg_start)
+            cached = self._cache.containing(log.key, seg_start)
             if cached is not None and cached[0] == seg_start:
                 found[seg_start] = cached[1]
             else:
                 todo.append((seg_start, key))
         if len(todo) > 1:
-            fetched = self._executor().map(lambda sk: self._fetch(run_id, *sk), todo)
+            fetched = self._executor().map(lambda sk: self._fetch(log, *sk), todo)
             found.update(zip([s for s, _ in todo], fetched, strict=True))
         elif todo:
-            found[todo[0][0]] = self._fetch(run_id, *todo[0])
+            found[todo[0][0]] = self._fetch(log, *todo[0])
         expected = segments[0][0]
         for seg_start, _ in segments:
             if seg_start != expected:
@@ -280,9 +292,10 @@ class S3ChunkLog:
         if expected < end:
             raise StorageError(f"run {run_id!r}: chunk log is missing chunks before {end}")
 
-    def _list_range(self, run_id: str, pos: int, end: int) -> list[tuple[int, str]]:
+    def _list_range(self, log: _Log, pos: int, end: int) -> list[tuple[int, str]]:
         """``(start, key)`` of the committed segments covering ``[pos, end)``, ascending."""
-        prefix = self._segment_prefix(run_id)
+        run_id = log.run_id
+        prefix = self._segment_prefix(log)
         request: dict[str, Any] = {
             "Bucket": self._bucket,
             "Prefix": prefix,
@@ -304,14 +317,14 @@ class S3ChunkLog:
                 raise StorageError(f"run {run_id!r}: no segment holds chunk {pos}")
             request["ContinuationToken"] = page["NextContinuationToken"]
 
-    def _fetch(self, run_id: str, start: int, key: str) -> tuple[str, ...]:
+    def _fetch(self, log: _Log, start: int, key: str) -> tuple[str, ...]:
         """A committed segment's chunks; its absence means the log is damaged."""
-        chunks = self._get_segment(run_id, start, key)
+        chunks = self._get_segment(log, start, key)
         if chunks is None:
-            raise StorageError(f"run {run_id!r}: committed segment {key!r} is missing")
+            raise StorageError(f"run {log.run_id!r}: committed segment {key!r} is missing")
         return chunks
 
-    def _get_segment(self, run_id: str, start: int, key: str) -> tuple[str, ...] | None:
+    def _get_segment(self, log: _Log, start: int, key: str) -> tuple[str, ...] | None:
         """A segment's chunks (cached once read: committed segments never change); None if absent."""
         try:
             data = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
@@ -325,7 +338,7 @@ class S3ChunkLog:
             raise StorageError(f"corrupt segment {key!r}")
         # Split on "\n" only: str.splitlines would also split on U+2028 inside a JSON string.
         chunks = tuple(data[:-1].decode("utf-8").split("\n"))
-        self._cache.put(run_id, start, chunks, len(data))
+        self._cache.put(log.key, start, chunks, len(data))
         return chunks
 
     def _executor(self) -> ThreadPoolExecutor:
@@ -347,8 +360,23 @@ class S3ChunkLog:
         if not 0 <= epoch < MAX_INDEX:
             raise ValueError(f"epoch must be in [0, {MAX_INDEX}), got {epoch}")
 
-    def _segment_prefix(self, run_id: str) -> str:
-        return f"{self._prefix}{run_id}/seg/"
+    def _segment_prefix(self, log: _Log) -> str:
+        if log.inc is None:
+            return f"{self._prefix}{log.run_id}/seg/"
+        return f"{self._prefix}{log.run_id}/{log.inc}/seg/"
 
-    def _segment_key(self, run_id: str, start: int, epoch: int) -> str:
-        return self._segment_prefix(run_id) + segment_name(start, epoch)
+    def _segment_key(self, log: _Log, start: int, epoch: int) -> str:
+        return self._segment_prefix(log) + segment_name(start, epoch)
+
+
+@dataclass(frozen=True)
+class _Log:
+    """One incarnation's log of a run: where its segments live and how the cache knows them."""
+
+    run_id: str
+    inc: str | None
+
+    @property
+    def key(self) -> str:
+        """The segment cache's name for this log (incarnations of one run id never share entries)."""
+        return self.run_id if self.inc is None else f"{self.run_id}#{self.inc}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -156,12 +157,13 @@ class ChatApp:
     ) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         raw = query.get("startIndex", ["0"])[-1]
-        try:
-            start = int(raw)
-        except ValueError:
+        # ASCII digits only: int() would also take "+3", "1_0", " 7 " and digits of other scripts.
+        if not _START_INDEX.fullmatch(raw):
             raise InvalidRequestError(
-                f"startIndex must be an integer, got {raw!r}.", code="invalid_start_index"
-            ) from None
+                f"startIndex must be an integer in ASCII digits, optionally with a leading '-', got {raw!r}.",
+                code="invalid_start_index",
+            )
+        start = int(raw)
         state = await self.service.load(run_id, principal)
         count = await self.service.count(run_id)
         await self.service.check_storage(state)
@@ -273,13 +275,15 @@ def _run_id(value: str) -> str:
     return value
 
 
+_START_INDEX = re.compile(r"-?[0-9]{1,18}")
+
 MAX_JSON_DEPTH = 100
 """Deeper request bodies are refused: no UI message needs them, and they exhaust recursion later."""
 
 
 def _parse_json(body: bytes) -> Any:
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_refuse_constant)
     except ValueError as exc:  # also UnicodeDecodeError, and integers over Python's digit limit
         raise InvalidRequestError(f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
     except RecursionError:
@@ -292,6 +296,14 @@ def _parse_json(body: bytes) -> Any:
     if problem:
         raise InvalidRequestError(f"The request body {problem}.", code="invalid_json")
     return value
+
+
+def _refuse_constant(name: str) -> Any:
+    """Python's parser reads NaN, Infinity and -Infinity; JSON has no such values."""
+    raise InvalidRequestError(
+        f"The request body contains {name}, which is not valid JSON (send a number, a string or null).",
+        code="invalid_json",
+    )
 
 
 def _shape_problem(value: Any) -> str | None:

@@ -8,8 +8,9 @@ Functions).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..agent.execution import match_approvals
 from ..agent.options import body_call_options
 from ..errors import (
     FencedError,
+    HarnessError,
     InvalidRequestError,
     ProtocolError,
     RunExistsError,
@@ -27,7 +29,7 @@ from ..errors import (
 )
 from ..ids import derived_run_id, new_id, new_run_id
 from ..ledger import approval_key
-from ..messages import ModelMessage
+from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
 from ..ports import Orchestrator
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
@@ -35,6 +37,8 @@ from ..runner.runner import Runner
 from ..runner.state import RunState
 from ..storage.health import StorageHealth
 from .notifier import CommitSignal
+
+logger = logging.getLogger(__name__)
 
 _FINISH_PREFIX = '{"type":"finish"'
 KEEPALIVE = None
@@ -70,13 +74,18 @@ class ChatService:
         signal: CommitSignal | None = None,
         config: ServiceConfig | None = None,
         health: StorageHealth | None = None,
+        announce: Callable[[RunState, str], None] | None = None,
     ) -> None:
+        """``announce(state, kind)`` is told of the lifecycle transitions the service itself makes
+        (``"Run Cancelled"``); deployed, it publishes them on the event bus. Best effort: a failure
+        is logged, and the cancel stands."""
         self.runner = runner
         self.orchestrator = orchestrator
         self.signal = signal
         self.config = config or ServiceConfig()
         self.health = health
         """Known storage trouble (local mode): new streams of unfinished runs get a 503 meanwhile."""
+        self.announce = announce
 
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
@@ -85,6 +94,12 @@ class ChatService:
         call_options = self.runner.agent.parse_call_options(body_call_options(body))
         model_messages = self._to_model_messages(messages)
         last = messages[-1]
+        if last.role == "assistant" and not _answers_approvals(model_messages):
+            raise InvalidRequestError(
+                "The last message must be a user message, or an assistant message whose tool approval "
+                "requests carry the user's answers (an approval continuation); this one has none.",
+                code="invalid_last_message",
+            )
         # A continuation (after an approval) streams into the existing assistant message.
         message_id = last.id if last.role == "assistant" and last.id else new_id("msg")
         # A retried POST (same principal, chat and last message) gets the run it already started.
@@ -194,16 +209,29 @@ class ChatService:
         state = await self.load(run_id, principal)
         if state.status == "awaiting_tool_approval" and state.continued_by is None:
             try:  # a paused run is abandoned: nothing runs, its log already ends with `finish`
-                return await asyncio.to_thread(self.runner.abandon, run_id)
+                abandoned = await asyncio.to_thread(self.runner.abandon, run_id)
             except FencedError:
                 raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
                                           status=409) from None  # fmt: skip
+            await self._announce(abandoned, "Run Cancelled")
+            return abandoned
         if state.terminal:
             # A cancel that died between its terminal checkpoint and `finish` is completed here.
             await self.runner.finalize(run_id, status="cancelled")
             raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
         self.orchestrator.cancel(run_id)
-        return await self.runner.finalize(run_id, status="cancelled")
+        cancelled = await self.runner.finalize(run_id, status="cancelled")
+        if cancelled.status == "cancelled":  # not when the run ended by itself first
+            await self._announce(cancelled, "Run Cancelled")
+        return cancelled
+
+    async def _announce(self, state: RunState, kind: str) -> None:
+        if self.announce is None:
+            return
+        try:
+            await asyncio.to_thread(self.announce, state, kind)
+        except HarnessError as exc:  # a lost notification must not undo (or fail) what happened
+            logger.warning("run %s: could not announce %r: %s", state.run_id, kind, exc)
 
     async def answer_approvals(self, run_id: str, body: Any, principal: str | None) -> RunState:
         """Answer a paused run's approvals without a chat client; starts the continuation run."""
@@ -323,6 +351,12 @@ class ChatService:
         except ToolError as exc:
             raise InvalidRequestError(f"Invalid approval: {exc}.", code="unknown_approval") from exc
         return converted
+
+
+def _answers_approvals(messages: list[ModelMessage]) -> bool:
+    """True when the conversation ends with answers to tool approval requests (a continuation)."""
+    last = messages[-1] if messages else None
+    return isinstance(last, ToolMessage) and any(isinstance(p, ToolApprovalResponsePart) for p in last.content)
 
 
 def _parse_answers(body: Any) -> list[ApprovalAnswer]:
