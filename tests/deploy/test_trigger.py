@@ -86,7 +86,7 @@ def test_an_event_passes_call_options_validated_by_the_agent(stack: MotoStack) -
     bad["detail"] = {**bad["detail"], "callOptions": {"tone": "shouty"}}
     result = stack.invoke("TriggerFunction", bad)
     assert "'tone'" in result["error"]
-    assert [e["name"] for e in stack.executions()] == [run_id]  # the bad event started nothing
+    assert [json.loads(e["input"])["runId"] for e in stack.executions()] == [run_id]  # the bad event started nothing
 
 
 def test_a_malformed_event_is_rejected_without_a_run(stack: MotoStack) -> None:
