@@ -9,9 +9,10 @@ the chunk log is an in-memory one (not measured here).
 Printed: per step, the checkpoint writes, the bytes written (state JSON), the item size at the end
 of the step, its WRU, and the new conversation content of that step; the growth slope (bytes of
 checkpoint per step, least squares) against the new content per step; the cumulative totals; and
-what the last checkpoint is made of.
+what the last checkpoint is made of. Then the issue's checkpoint targets (bench/_targets.py), the
+bytes one from a second, ``--target-steps``-step run.
 
-    .venv/bin/python bench/checkpoint_growth.py [--steps 50] [--deltas 20] [--result-bytes 400]
+    .venv/bin/python bench/checkpoint_growth.py [--steps 50] [--deltas 20] [--result-bytes 400] [--target-steps 200]
 """
 
 from __future__ import annotations
