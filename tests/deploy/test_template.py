@@ -46,7 +46,7 @@ def test_functions_share_one_runtime_architecture_and_layer() -> None:
     assert layer["Properties"]["ContentUri"] == "layers/harness/"
     assert layer["Properties"]["CompatibleRuntimes"] == ["python3.12"]
     assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
-    assert layer["Metadata"] == {"BuildMethod": "python3.12", "BuildArchitecture": "arm64"}
+    assert layer["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": "arm64"}  # layers/harness/Makefile
     env = function["Environment"]["Variables"]
     for name in ("RUNS_TABLE", "CHUNK_BUCKET", "EVENT_BUS_NAME", "MODEL_ID", "RUN_TTL_DAYS", "STATE_MACHINE_ARN"):
         assert name in env

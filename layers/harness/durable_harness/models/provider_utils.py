@@ -13,10 +13,8 @@ import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
-
-import httpx
 
 from ..errors import ModelError, SecretError, SecretUnavailableError
 from ..messages import (
@@ -33,6 +31,9 @@ from ..protocol.wire import compact_json
 from ..secretsmanager import DEFAULT_MAX_AGE, read_secret
 
 logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # httpx is imported where a request is made: the Bedrock provider never needs it
+    import httpx
 
 STANDARD_SETTINGS = frozenset(
     {
@@ -51,7 +52,7 @@ STANDARD_SETTINGS = frozenset(
 PROVIDER_SETTINGS = frozenset({"openai", "anthropic", "bedrock"})
 """Keys of ``ModelRequest.settings`` holding one provider's extra request fields."""
 
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=30.0)
+DEFAULT_TIMEOUTS: Mapping[str, float] = {"connect": 10.0, "read": 600.0, "write": 60.0, "pool": 30.0}
 """Timeouts of the HTTP client a provider makes for itself (long reads: reasoning can be silent)."""
 
 # --- shared HTTP helpers --------------------------------------------------------------------------
@@ -129,6 +130,8 @@ def http_error(provider: str, response: httpx.Response, body: bytes, secrets: It
 
 def transport_error(provider: str, exc: httpx.HTTPError, secrets: Iterable[str | None]) -> ModelError:
     """The retryable :class:`ModelError` of a timeout or a failed/dropped connection."""
+    import httpx
+
     what = "timed out" if isinstance(exc, httpx.TimeoutException) else "connection failed"
     detail = str(exc) or type(exc).__name__
     return ModelError(redact(f"{provider} request {what}: {detail}", secrets), retryable=True)
@@ -218,11 +221,13 @@ class ClientCache:
 
     def get(self) -> httpx.AsyncClient:
         """The client of the running loop, made on first use."""
+        import httpx
+
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
             # httpx never retries by itself (transport retries default to 0).
-            client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+            client = httpx.AsyncClient(timeout=httpx.Timeout(**DEFAULT_TIMEOUTS))
             self._clients[loop] = client
         return client
 
