@@ -17,7 +17,7 @@ from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolInputErrorChunk
 from .control import RepairToolCall
 from .execution import result_events
-from .protocol import AgentEvent
+from ..harness.interface import HarnessEvent as AgentEvent
 from .state import LoopTurnState, StepCall, StepOutcome
 from .tools import Tool
 
