@@ -135,6 +135,7 @@ class ProcessTurn:
         self.host_results: list[dict[str, Any]] = []
         self.awaiting: list[dict[str, Any]] = []
         self.finished = False
+        self.awaiting_resolved = False
         self.lines = 0
         self._events: AsyncGenerator[HarnessEvent, None] | None = None
         if isinstance(request, ContinueTurn):
@@ -221,6 +222,7 @@ class ProcessTurn:
                     yield from_result(result)
             if self.awaiting_resolved:
                 yield Checkpoint(self._state())
+        step_closed = False
         while True:
             obj = await self._read_line(proc)
             if obj is None:
@@ -229,6 +231,11 @@ class ProcessTurn:
                 if "state" not in obj:
                     raise self._invalid('a "checkpoint" line needs a "state" (any JSON value)')
                 self.program, self.host_results = obj["state"], []
+                if self.awaiting:  # the program waits for host calls that need approval: pause
+                    for event in self._pause(step_closed):
+                        yield event
+                    await self._kill()
+                    return
                 yield Checkpoint(self._state())
                 continue
             try:
@@ -237,15 +244,11 @@ class ProcessTurn:
                 raise self._invalid(str(exc)) from None
             if isinstance(part, hp.FinishPart):
                 self.finished = True
+            step_closed = isinstance(part, hp.FinishStepPart)
             yield part
             if isinstance(part, hp.ToolCallPart) and part.provider_executed is not True:
-                paused = False
                 async for event in self._host_call(part):
-                    paused = paused or isinstance(event, hp.FinishPart)
                     yield event
-                if paused:
-                    await self._kill()
-                    return
         code = await proc.wait()
         if not self.finished:
             raise HarnessExitedError(f"the harness program exited with code {code} before 'finish'")
@@ -257,9 +260,10 @@ class ProcessTurn:
         recorded = next((r for r in self.host_results if r["toolCallId"] == part.tool_call_id), None)
         if recorded is None:
             call = self.harness.host.prepare(part)
-            if call.needs_approval:
-                for event in self._pause_for(call):
-                    yield event
+            if call.needs_approval:  # the turn pauses at the program's next checkpoint
+                approval_id = f"approval-{call.tool_call_id}"
+                self.awaiting.append({**call.to_json(), "approvalId": approval_id})
+                yield hp.ToolApprovalRequestPart(approval_id=approval_id, tool_call_id=call.tool_call_id)
                 return
             recorded = await self.harness.host.run(call)
             self.host_results.append(recorded)
@@ -270,20 +274,13 @@ class ProcessTurn:
         yield from_result(recorded)
         await self._send(_result_line(recorded))
 
-    def _pause_for(self, call: HostCall) -> list[HarnessEvent]:
-        approval_id = f"approval-{call.tool_call_id}"
-        self.awaiting.append({**call.to_json(), "approvalId": approval_id})
+    def _pause(self, step_closed: bool) -> list[HarnessEvent]:
+        """End the turn for the host calls awaiting approval (the program is then stopped)."""
         self.finished = True
         usage = hp.Usage(input_tokens=hp.InputTokens(), output_tokens=hp.OutputTokens())
         reason = hp.FinishReason(unified="tool-calls")
-        return [
-            hp.ToolApprovalRequestPart(approval_id=approval_id, tool_call_id=call.tool_call_id),
-            hp.FinishStepPart(finish_reason=reason, usage=usage),
-            Checkpoint(self._state()),
-            hp.FinishPart(finish_reason=reason, total_usage=usage),
-        ]
-
-    awaiting_resolved = False
+        events: list[HarnessEvent] = [] if step_closed else [hp.FinishStepPart(finish_reason=reason, usage=usage)]
+        return [*events, Checkpoint(self._state()), hp.FinishPart(finish_reason=reason, total_usage=usage)]
 
     async def _resolve_awaiting(self, request: ContinueTurn) -> list[HarnessEvent]:
         """Host calls paused for approval: run the approved ones, answer the others as not run."""
