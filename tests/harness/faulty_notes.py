@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "harness_program"))
-import notes_harness as program  # noqa: E402
+import notes_harness as program
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
 _first: dict[str, Any] = {}

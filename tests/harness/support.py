@@ -40,7 +40,9 @@ class Turns:
         return await self.run([user_message(text)], message_id)
 
 
-def answered(text: str, chunks: list[dict[str, Any]], call_id: str, approved: bool, **change: Any) -> list[dict[str, Any]]:
+def answered(
+    text: str, chunks: list[dict[str, Any]], call_id: str, approved: bool, **change: Any
+) -> list[dict[str, Any]]:
     """The history a client POSTs after answering the approval of ``call_id`` (``change`` tampers)."""
     assistant = copy.deepcopy(message_of(chunks))
     part = next(p for p in assistant["parts"] if p.get("toolCallId") == call_id)

@@ -83,7 +83,9 @@ async def test_a_denied_call_shows_the_denial_and_never_runs(_fast_steps: Path) 
 
 
 @pytest.mark.parametrize(
-    "tamper", [{"signature": "AAAA" + "x" * 39}, {"input": {"title": "buy milk", "text": "rm -rf /"}}], ids=["signature", "input"]
+    "tamper",
+    [{"signature": "AAAA" + "x" * 39}, {"input": {"title": "buy milk", "text": "rm -rf /"}}],
+    ids=["signature", "input"],
 )
 async def test_a_tampered_approval_never_reaches_the_program(_fast_steps: Path, tamper: dict[str, Any]) -> None:
     turns = Turns(agents.example)
@@ -144,8 +146,7 @@ async def test_invalid_output_fails_the_run_with_an_error_and_finish() -> None:
 async def test_a_part_that_breaks_the_protocol_fails_the_run(tmp_path: Path) -> None:
     program = tmp_path / "bad.py"
     program.write_text(
-        "import sys; sys.stdin.readline()\n"
-        'print(\'{"type":"text-delta","id":"t","delta":1}\', flush=True)\n'
+        'import sys; sys.stdin.readline()\nprint(\'{"type":"text-delta","id":"t","delta":1}\', flush=True)\n'
     )
     chunks, state = await Turns(ProcessHarness(command=[sys.executable, str(program)])).ask("hi")
     assert state.status == "failed" and types(chunks)[-2:] == ["error", "finish"]
@@ -174,10 +175,12 @@ async def test_a_host_tool_that_needs_approval_pauses_the_program_and_runs_once_
     ask = "What is the weather in Oslo?"
     chunks, state = await turns.ask(ask)
     assert state.status == "awaiting_tool_approval" and runs == []
-    assert [c for c in chunks if c["type"] == "tool-approval-request"][0]["toolCallId"] == "call_weather"
+    assert next(c for c in chunks if c["type"] == "tool-approval-request")["toolCallId"] == "call_weather"
     more, state = await turns.run(answered(ask, chunks, "call_weather", True), "msg_a")
     assert state.status == "finished" and runs == ["Oslo"]
-    assert parts_of(chunks + more[1:])[-1]["text"].endswith("in Oslo, " + str(weather(City(city="Oslo"))["tempC"]) + " °C.")
+    assert parts_of(chunks + more[1:])[-1]["text"].endswith(
+        "in Oslo, " + str(weather(City(city="Oslo"))["tempC"]) + " °C."
+    )
 
 
 async def test_stderr_goes_to_the_log_never_to_the_client(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -186,9 +189,10 @@ async def test_stderr_goes_to_the_log_never_to_the_client(tmp_path: Path, caplog
         "import json, sys\nsys.stdin.readline()\n"
         "print('secret diagnostics', file=sys.stderr, flush=True)\n"
         "u = {'inputTokens': {}, 'outputTokens': {}}\n"
+        "r = {'unified': 'stop'}\n"
         "for p in [{'type': 'text-start', 'id': 't'}, {'type': 'text-delta', 'id': 't', 'delta': 'ok'},\n"
-        "          {'type': 'text-end', 'id': 't'}, {'type': 'finish-step', 'finishReason': {'unified': 'stop'}, 'usage': u},\n"
-        "          {'type': 'finish', 'finishReason': {'unified': 'stop'}, 'totalUsage': u}]:\n"
+        "          {'type': 'text-end', 'id': 't'}, {'type': 'finish-step', 'finishReason': r, 'usage': u},\n"
+        "          {'type': 'finish', 'finishReason': r, 'totalUsage': u}]:\n"
         "    print(json.dumps(p), flush=True)\n"
     )
     with caplog.at_level(logging.INFO, "durable_harness.harness.process"):

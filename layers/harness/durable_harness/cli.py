@@ -13,8 +13,8 @@ import secrets
 import sys
 from typing import Any
 
-from .harness.interface import Harness
 from .approvals import DEFAULT_SECRET_ENV
+from .harness.interface import Harness
 
 DEFAULT_AGENT = "my_agent:build_agent"
 

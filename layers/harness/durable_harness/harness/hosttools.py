@@ -60,7 +60,9 @@ class HostTools:
         try:
             raw = json.loads(part.input) if part.input.strip() else {}
         except ValueError as exc:
-            return HostCall(part.tool_call_id, part.tool_name, part.input, f"Invalid input for tool {part.tool_name}: {exc}")
+            return HostCall(
+                part.tool_call_id, part.tool_name, part.input, f"Invalid input for tool {part.tool_name}: {exc}"
+            )
         if tool is None:
             available = ", ".join(sorted(self.tools)) or "none"
             error = f"Tool {part.tool_name} is not a host tool of this harness. Host tools: {available}."
@@ -94,4 +96,6 @@ class HostTools:
         if result.get("isError"):
             text = result["result"] if isinstance(result["result"], str) else json.dumps(result["result"])
             return ToolOutputErrorChunk(tool_call_id=result["toolCallId"], error_text=text)
-        return hp.ToolResultPart(tool_call_id=result["toolCallId"], tool_name=result["toolName"], result=result["result"])
+        return hp.ToolResultPart(
+            tool_call_id=result["toolCallId"], tool_name=result["toolName"], result=result["result"]
+        )

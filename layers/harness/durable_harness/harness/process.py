@@ -357,7 +357,7 @@ class ProcessTurn:
             obj = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise self._invalid("it is not UTF-8") from None
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise self._invalid(f"it is not JSON ({exc.msg})") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
             raise self._invalid('it must be a JSON object with a string "type"')

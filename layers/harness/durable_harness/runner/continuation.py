@@ -20,9 +20,7 @@ from ..messages import ModelMessage
 from ..ports import CheckpointStore
 from .state import ContinuationRecord, DecisionRecord, RunState, checkpoint_of
 
-_UNKNOWN = (
-    "The history answers an approval this server never asked for (in this conversation, for this caller)."
-)
+_UNKNOWN = "The history answers an approval this server never asked for (in this conversation, for this caller)."
 
 
 def pending_answers(messages: list[ModelMessage]) -> list[AnsweredApproval]:
