@@ -192,3 +192,63 @@ describe('approvals raised by the program', () => {
     assert.ok(!continuation.some((c) => c.toolCallId === part.toolCallId), 'no tool chunk for the tampered call');
   });
 });
+
+// ------------------------------------------------------------------------------------------------
+// A Pydantic AI agent as the agent (examples/pydantic_ai/agent.py, its scripted demo model)
+// ------------------------------------------------------------------------------------------------
+
+describe('a Pydantic AI agent as the agent', () => {
+  let pyd;
+  let report;
+  before(async () => {
+    const env = { SLICE_SECONDS: '0' }; // every model step is a slice
+    [pyd, report] = await Promise.all([
+      startServer({ env: { AGENT: 'examples.pydantic_ai.agent:agent', TOOL_APPROVAL_SECRET: SECRET, ...env } }),
+      startServer({ env: { AGENT: 'examples.pydantic_ai.agent:report', TOOL_APPROVAL_SECRET: SECRET, ...env } }),
+    ]);
+  }, { timeout: 60000 });
+  after(async () => { await Promise.all([pyd?.stop(), report?.stop()]); });
+
+  /** Ask, approve the deferred `remove` call with the real Chat, return the final message. */
+  async function tidyUp(server) {
+    const rec = recordingFetch();
+    const ctx = { finishes: [], errors: [], runIds: [] };
+    const chat = new Chat({
+      transport: makeTransport(server.base, { fetch: rec.fetch, onChatSendMessage: (r) => ctx.runIds.push(r.headers.get('x-workflow-run-id')) }),
+      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+      onFinish: (e) => { ctx.finishes.push(e); },
+      onError: (e) => { ctx.errors.push(e); },
+    });
+    await chat.sendMessage({ text: 'Tidy up the stock list.' });
+    await waitFor(() => ctx.finishes.length === 1, { what: 'the pause' });
+    const paused = await (await fetch(`${server.base}/api/runs/${ctx.runIds[0]}`)).json();
+    const part = chat.lastMessage.parts.find((p) => p.type === 'tool-remove');
+    assert.equal(part?.state, 'approval-requested', describeParts(chat.lastMessage));
+    const live = rec.requests[0].chunks;
+    assert.deepEqual(await replay(server, ctx.runIds[0]), live, 'replay from 0 == live stream');
+    await chat.addToolApprovalResponse({ id: part.approval.id, approved: true });
+    await waitFor(() => ctx.finishes.length === 2 && chat.status === 'ready', { what: 'the continuation' });
+    assert.deepEqual(ctx.errors, []);
+    const done = await (await fetch(`${server.base}/api/runs/${ctx.runIds[1]}`)).json();
+    return { message: chat.lastMessage, part, paused, done };
+  }
+
+  it('steps are slices, the deferred tool is a signed approval, the approved call runs in the same message', T, async () => {
+    const { message, part, paused, done } = await tidyUp(pyd);
+    assert.equal(paused.status, 'awaiting_tool_approval');
+    assert.ok(paused.slices >= 3, `one slice per model step: ${paused.slices}`);
+    assert.deepEqual(paused.pendingApprovals, [{ approvalId: part.approval.id, toolCallId: part.toolCallId, toolName: 'remove', input: { name: 'beta' } }]);
+    assert.equal(part.approval.signature, await signToolApproval({ secret: SECRET, approvalId: part.approval.id, toolCallId: part.toolCallId, toolName: 'remove', input: { name: 'beta' } }));
+    assert.deepEqual(message.parts.filter((p) => p.type === 'tool-lookup').map((p) => p.output), [{ item: 'alpha', count: 12 }, { item: 'beta', count: 0 }]);
+    assert.equal(message.parts.find((p) => p.type === 'tool-remove').state, 'output-available');
+    assert.equal(message.parts.at(-1).text, 'Alpha is in stock. Beta: beta removed.');
+    assert.equal(done.status, 'finished');
+    assert.equal(done.output, undefined, 'a text agent has no structured output');
+  });
+
+  it('structured output reaches the run\'s result (the run API\'s output)', T, async () => {
+    const { done } = await tidyUp(report);
+    assert.equal(done.status, 'finished');
+    assert.deepEqual(done.output, { removed: ['beta'], in_stock: ['alpha'] });
+  });
+});

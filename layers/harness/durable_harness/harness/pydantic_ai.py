@@ -130,7 +130,8 @@ class PydanticAIHarness:
                     else:
                         yield hp.FinishPart(finish_reason=hp.FinishReason(unified="stop"),
                                             total_usage=_usage(run.usage))  # fmt: skip
-                        yield Checkpoint(_state(messages, step + 1), _json_output(output))
+                        structured = _json_output(output) if self._options.has_output else None
+                        yield Checkpoint(_state(messages, step + 1), structured)
 
 
 def _deferred_results(request: ContinueTurn) -> tuple[DeferredToolResults, set[str]]:
