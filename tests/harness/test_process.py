@@ -6,6 +6,7 @@ as a real child process; faults are injected by ``faulty_notes.py``, which wraps
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -16,12 +17,14 @@ import pytest
 from durable_harness import Tool
 from durable_harness.approvals import sign_tool_approval
 from durable_harness.errors import AgentConfigError
-from durable_harness.harness import DEFAULT_STOP_GRACE_SECONDS, ProcessHarness
-from durable_harness.harness.process import HIDDEN_ENV
+from durable_harness.harness import DEFAULT_STOP_GRACE_SECONDS, CancelNotice, ProcessHarness, TurnRequest
+from durable_harness.harness.process import HIDDEN_ENV, ProcessTurn
+from durable_harness.protocol.ui_messages import convert_to_model_messages, parse_ui_messages
 
 from examples.harness_program.agent import City, get_weather
 from tests.harness import agents
 from tests.harness.support import SECRET, Turns, answered, parts_of
+from tests.support import log_chunks, user_message
 
 NOTE = "Save a note: buy milk"
 LONG = "Run a long task in 3 parts"
@@ -207,3 +210,43 @@ def test_the_servers_secrets_never_reach_the_program(monkeypatch: pytest.MonkeyP
     harness = ProcessHarness(command=["true"], env={"EXTRA": "1"})
     env = harness.child_env()
     assert not HIDDEN_ENV & env.keys() and env["EXTRA"] == "1" and env["PATH"]
+
+
+class Recording(ProcessHarness):
+    """The example harness, keeping the turns it opened and the cancel notices it got."""
+
+    def __init__(self) -> None:
+        super().__init__(command=agents.example.command, builtin_tools=agents.BUILTIN)
+        self.turns: list[ProcessTurn] = []
+        self.cancelled: list[str] = []
+
+    def open(self, request: TurnRequest) -> ProcessTurn:
+        turn = super().open(request)
+        self.turns.append(turn)
+        return turn
+
+    async def on_cancel(self, notice: CancelNotice) -> None:
+        self.cancelled.append(notice.run_id)
+
+
+async def test_a_cancelled_run_kills_its_program_and_tells_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STEP_SECONDS", "5")  # the program is mid-step when the cancel comes
+    harness = Recording()
+    turns = Turns(harness)
+    run_id = turns.runner.create_run(to_model([user_message(LONG)]), message_id="msg_c").run_id
+    turns.orchestrator.start(run_id)
+    deadline = time.monotonic() + 10
+    while turns.log.count(run_id) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    turns.orchestrator.cancel(run_id)
+    state = await turns.runner.finalize(run_id, status="cancelled")
+    assert state.status == "cancelled" and harness.cancelled == [run_id]
+    chunks = log_chunks(turns.log, run_id)
+    assert chunks[-1] == {"type": "finish", "finishReason": "other"} and types(chunks).count("finish") == 1
+    (turn,) = harness.turns
+    assert turn.proc is not None
+    await asyncio.wait_for(turn.proc.wait(), 5)  # killed, long before its 5 s step would end
+
+
+def to_model(ui: list[dict[str, Any]]) -> list[Any]:
+    return convert_to_model_messages(parse_ui_messages(ui))

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..approvals import DEFAULT_SECRET_ARN_ENV, DEFAULT_SECRET_ENV, ApprovalSecret
-from ..errors import AgentConfigError, HarnessError, ProtocolError, RetryableError
+from ..errors import AgentConfigError, ProtocolError, RetryableError
 from ..ids import new_id
 from ..messages import ModelMessage
 from ..protocol import harness_parts as hp
@@ -219,7 +219,7 @@ class ProcessTurn:
             for result in self.host_results:
                 await self._send(_result_line(result))
                 if request.replay_step and result.get("shown"):
-                    yield from_result(result)
+                    yield HostTools.event_of(result)
             if self.awaiting_resolved:
                 yield Checkpoint(self._state())
         step_closed = False
@@ -267,11 +267,11 @@ class ProcessTurn:
                 return
             recorded = await self.harness.host.run(call)
             self.host_results.append(recorded)
-            yield from_result(recorded)
+            yield HostTools.event_of(recorded)
             await self._send(_result_line(recorded))
             yield Checkpoint(self._state())  # a finished host tool never runs again
             return
-        yield from_result(recorded)
+        yield HostTools.event_of(recorded)
         await self._send(_result_line(recorded))
 
     def _pause(self, step_closed: bool) -> list[HarnessEvent]:
@@ -293,7 +293,7 @@ class ProcessTurn:
             call = HostCall.from_json(waiting)
             if decision is not None and decision.approved:
                 result = await self.harness.host.run(call)
-                events.append(from_result(result))
+                events.append(HostTools.event_of(result))
             elif decision is not None:  # denied: the runner shows the denial; the program is told
                 denied = {"type": "execution-denied", "reason": decision.reason}
                 result = {**call.to_json(), "result": denied, "isError": True, "shown": False}
@@ -380,11 +380,6 @@ class ProcessTurn:
             logger.error("harness program %s did not die after SIGKILL", proc.pid)
 
 
-def from_result(result: dict[str, Any]) -> HarnessEvent:
-    """The client's view of a host tool's result."""
-    return HostTools.event_of(result)
-
-
 def _result_line(result: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "tool-result",
@@ -417,4 +412,4 @@ async def _log_stderr(proc: asyncio.subprocess.Process) -> None:
         logger.info("harness program [%s] stderr: %s", proc.pid, line.decode("utf-8", "replace").rstrip())
 
 
-__all__ = ["DEFAULT_STOP_GRACE_SECONDS", "PROTOCOL_VERSION", "HarnessError", "HarnessExitedError", "ProcessHarness"]
+__all__ = ["DEFAULT_STOP_GRACE_SECONDS", "PROTOCOL_VERSION", "HarnessExitedError", "ProcessHarness", "ProcessTurn"]
