@@ -25,6 +25,7 @@ from ..messages import (
 )
 from .state import LoopTurnState
 
+
 def pending_approvals(turn: Any) -> list[dict[str, Any]]:
     """The approval requests a paused turn waits for: approval id, tool call id, tool name, input
     (and ``providerExecuted: true`` for a call the provider runs once approved)."""

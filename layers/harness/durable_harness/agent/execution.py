@@ -12,24 +12,20 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..approvals import ApprovalSecret, approval_id_for
 from ..errors import ToolError
 from ..harness.answers import match_approvals
 from ..messages import (
-    AssistantMessage,
     ErrorTextOutput,
     JsonOutput,
     ModelMessage,
     TextOutput,
-    ToolApprovalRequestPart,
     ToolApprovalResponsePart,
-    ToolCallPart,
     ToolMessage,
     ToolResultOutput,
     ToolResultPart,
 )
 from ..protocol import harness_parts as hp
-from ..protocol.ui_chunks import ToolOutputDeniedChunk, ToolOutputErrorChunk, UIMessageChunk
+from ..protocol.ui_chunks import ToolOutputErrorChunk, UIMessageChunk
 from .state import LoopTurnState, StepCall, StepOutcome
 from .tools import Tool, ToolContext
 

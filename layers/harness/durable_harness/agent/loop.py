@@ -19,6 +19,8 @@ from pydantic import BaseModel
 
 from ..approvals import ApprovalSecret, approval_id_for
 from ..errors import AgentConfigError, ModelError, OutputError, RunTimeoutError, ToolError
+from ..harness import interface as hi
+from ..harness.answers import match_approvals
 from ..ids import new_id
 from ..messages import (
     AssistantMessage,
@@ -43,8 +45,6 @@ from .calls import (
     validate_call,
     validate_tools_context,
 )
-from ..harness import interface as hi
-from ..harness.answers import match_approvals
 from .continuation import continuation_messages
 from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, Usage, step_count_is
 from .execution import ToolRunner, answered_approvals, refuse_provider_approvals, result_part

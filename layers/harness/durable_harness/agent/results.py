@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from ..harness.interface import Checkpoint, HarnessEvent
 from ..messages import (
     AssistantMessage,
     ModelMessage,
@@ -26,7 +27,6 @@ from ..messages import (
 from ..protocol.wire import JSONValue, WireModel
 from .continuation import pending_approvals
 from .control import Usage
-from ..harness.interface import Checkpoint, HarnessEvent
 from .state import LoopTurnState, StepSummary
 
 Signer = Callable[[str, str, str, Any], "str | None"]

@@ -54,7 +54,7 @@ class HostTools:
         """The host tools' names."""
         return set(self.tools)
 
-    def prepare(self, part: hp.ToolCallPart) -> HostCall:
+    async def prepare(self, part: hp.ToolCallPart) -> HostCall:
         """Parse and validate a call; decide whether it waits for approval."""
         tool = self.tools.get(part.tool_name)
         try:
@@ -72,7 +72,9 @@ class HostTools:
         except ToolError as exc:
             return HostCall(part.tool_call_id, part.tool_name, raw, str(exc))
         context = ToolContext(tool_call_id=part.tool_call_id, tool_name=part.tool_name, messages=())
-        return HostCall(part.tool_call_id, part.tool_name, raw, needs_approval=tool.approval_needed(validated, context))
+        return HostCall(
+            part.tool_call_id, part.tool_name, raw, needs_approval=await tool.approval_needed(validated, context)
+        )
 
     async def run(self, call: HostCall) -> dict[str, Any]:
         """Run the call; its recorded result (``result``, ``isError``, ``shown``)."""

@@ -63,15 +63,8 @@ class PendingApproval:
     tool_call_id: str
     tool_name: str
     input: Any = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The run API's shape: ``{approvalId, toolCallId, toolName, input}``."""
-        return {
-            "approvalId": self.approval_id,
-            "toolCallId": self.tool_call_id,
-            "toolName": self.tool_name,
-            "input": self.input,
-        }
+    provider_executed: bool = False
+    """The runtime runs the call itself once approved (not the host)."""
 
 
 @dataclass(frozen=True)

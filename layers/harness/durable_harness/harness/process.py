@@ -117,6 +117,14 @@ class ProcessHarness:
     async def on_cancel(self, notice: CancelNotice) -> None:
         """Nothing to release: no process outlives its slice."""
 
+    def parse_call_options(self, raw: Mapping[str, Any]) -> dict[str, Any] | None:
+        """None: the wire protocol (version 1) carries no call options, so they are ignored."""
+        return None
+
+    def run_result(self, state: Any) -> dict[str, Any]:
+        """Nothing beyond what the runner knows (finish reason, usage, approvals): the state is the program's."""
+        return {}
+
     def child_env(self) -> dict[str, str]:
         """The program's environment: ours without the server's secrets, plus ``env``."""
         inherited = {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV}
@@ -259,7 +267,7 @@ class ProcessTurn:
         """Run a host tool for the program (or pause the turn for its approval)."""
         recorded = next((r for r in self.host_results if r["toolCallId"] == part.tool_call_id), None)
         if recorded is None:
-            call = self.harness.host.prepare(part)
+            call = await self.harness.host.prepare(part)
             if call.needs_approval:  # the turn pauses at the program's next checkpoint
                 approval_id = f"approval-{call.tool_call_id}"
                 self.awaiting.append({**call.to_json(), "approvalId": approval_id})

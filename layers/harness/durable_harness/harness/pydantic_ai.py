@@ -16,7 +16,7 @@ callbacks): checkpoints are per step here.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -78,6 +78,19 @@ class PydanticAIHarness:
 
     async def on_cancel(self, notice: CancelNotice) -> None:
         """Nothing to release."""
+
+    def parse_call_options(self, raw: Mapping[str, Any]) -> dict[str, Any] | None:
+        """None: a Pydantic AI agent takes its settings in the agent file, so call options are ignored."""
+        return None
+
+    def run_result(self, state: Any) -> dict[str, Any]:
+        """The turn's last text and its messages in Pydantic AI's JSON form."""
+        messages = state.get("messages", []) if isinstance(state, dict) else []
+        text = ""
+        for message in pm.ModelMessagesTypeAdapter.validate_python(messages):
+            if isinstance(message, pm.ModelResponse):
+                text = "".join(p.content for p in message.parts if isinstance(p, pm.TextPart)) or text
+        return {"text": text, "pydanticAiMessages": messages}
 
     async def _turn(self, request: TurnRequest) -> AsyncGenerator[HarnessEvent, None]:
         results: DeferredToolResults | None = None

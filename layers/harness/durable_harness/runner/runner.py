@@ -330,8 +330,9 @@ class Runner:
         info = translator.state.tool_calls[part.tool_call_id]
         state.pending_approvals.append(
             ApprovalRecord(
-                approval_id=part.approval_id, tool_call_id=part.tool_call_id, tool_name=info.tool_name, input=info.input
-            )
+                approval_id=part.approval_id, tool_call_id=part.tool_call_id, tool_name=info.tool_name,
+                input=info.input, provider_executed=info.provider_executed,
+            )  # fmt: skip
         )
 
     def _translator(self, state: RunState) -> StreamTranslator:
@@ -422,10 +423,11 @@ class Runner:
 
 def pending_json(state: RunState) -> list[dict[str, Any]]:
     """The approvals a paused run waits for, as the run API shows them."""
-    return [
-        {"approvalId": r.approval_id, "toolCallId": r.tool_call_id, "toolName": r.tool_name, "input": r.input}
-        for r in state.pending_approvals
-    ]
+    pending = []
+    for r in state.pending_approvals:
+        item = {"approvalId": r.approval_id, "toolCallId": r.tool_call_id, "toolName": r.tool_name, "input": r.input}
+        pending.append({**item, "providerExecuted": True} if r.provider_executed else item)
+    return pending
 
 
 def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:

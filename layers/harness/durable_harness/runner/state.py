@@ -45,6 +45,8 @@ class ApprovalRecord(BaseModel):
     tool_call_id: str
     tool_name: str
     input: Any = None
+    provider_executed: bool = False
+    """The runtime runs the call itself once approved (not the host)."""
 
 
 class DecisionRecord(BaseModel):

@@ -23,7 +23,6 @@ from ..errors import (
     RunExistsError,
     RunNotFoundError,
     StorageError,
-    ToolError,
 )
 from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
