@@ -27,9 +27,10 @@ def test_a_harness_program_runs_over_slices_and_continues_as_new(
     run_id = runner.create_run([UserMessage(content=[TextPart(text="Run a long task in 3 parts")])]).run_id
     runtime.orchestrator.start(run_id)
     executions = stack.wait_for_executions(run_id, count=2, timeout=60)
+    inc = runtime.store.incarnation(run_id)
     assert [(e["name"], e["status"]) for e in executions] == [
-        (execution_name(run_id, 0), "SUCCEEDED"),
-        (execution_name(run_id, 1), "SUCCEEDED"),
+        (execution_name(run_id, 0, inc), "SUCCEEDED"),
+        (execution_name(run_id, 1, inc), "SUCCEEDED"),
     ]
     slices = stack.calls_of("SliceFunction", run_id)
     # SliceSeconds=0: a slice per step (three work steps, then the answer that ends the turn).

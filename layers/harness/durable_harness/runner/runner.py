@@ -328,12 +328,11 @@ class Runner:
         if any(r.approval_id == part.approval_id for r in state.pending_approvals):
             return  # re-sent after reset-step
         info = translator.state.tool_calls[part.tool_call_id]
-        state.pending_approvals.append(
-            ApprovalRecord(
-                approval_id=part.approval_id, tool_call_id=part.tool_call_id, tool_name=info.tool_name,
-                input=info.input, provider_executed=info.provider_executed,
-            )  # fmt: skip
-        )
+        record = ApprovalRecord(
+            approval_id=part.approval_id, tool_call_id=part.tool_call_id, tool_name=info.tool_name,
+            input=info.input, provider_executed=info.provider_executed,
+        )  # fmt: skip
+        state.pending_approvals.append(record)
 
     def _translator(self, state: RunState) -> StreamTranslator:
         return StreamTranslator(
