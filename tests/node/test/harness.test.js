@@ -237,7 +237,8 @@ describe('a Pydantic AI agent as the agent', () => {
     const { message, part, paused, done } = await tidyUp(pyd);
     assert.equal(paused.status, 'awaiting_tool_approval');
     assert.ok(paused.slices >= 3, `one slice per model step: ${paused.slices}`);
-    assert.deepEqual(paused.pendingApprovals, [{ approvalId: part.approval.id, toolCallId: part.toolCallId, toolName: 'remove', input: { name: 'beta' } }]);
+    // The agent runs its own tools: the runtime (not the host) runs the approved call.
+    assert.deepEqual(paused.pendingApprovals, [{ approvalId: part.approval.id, toolCallId: part.toolCallId, toolName: 'remove', input: { name: 'beta' }, providerExecuted: true }]);
     assert.equal(part.approval.signature, await signToolApproval({ secret: SECRET, approvalId: part.approval.id, toolCallId: part.toolCallId, toolName: 'remove', input: { name: 'beta' } }));
     assert.deepEqual(message.parts.filter((p) => p.type === 'tool-lookup').map((p) => p.output), [{ item: 'alpha', count: 12 }, { item: 'beta', count: 0 }]);
     assert.equal(message.parts.find((p) => p.type === 'tool-remove').state, 'output-available');

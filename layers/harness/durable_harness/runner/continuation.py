@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ..approvals import ApprovalSecret, canonical_json
 from ..errors import FencedError, InvalidRequestError, RunNotFoundError, ToolError
+from ..harness import interface as hi
 from ..harness.answers import AnsweredApproval, match_approvals
 from ..ledger import ApprovalLedger, approval_key
 from ..messages import ModelMessage
@@ -146,3 +147,26 @@ class ContinuationResolver:
             except FencedError:
                 continue
         raise InvalidRequestError(f"Run {paused.run_id} changed meanwhile; reload it.", code="conflict", status=409)
+
+
+def turn_request(state: RunState, session: str, replay: bool) -> hi.TurnRequest:
+    """What the harness is opened with for a slice of ``state``: a new turn, or the last
+    checkpoint's state (with the verified answers on the first slice of a continuation)."""
+    record = state.continuation
+    if record is None and state.turn is None:
+        return hi.StartTurn(
+            run_id=state.run_id, session_id=session, messages=list(state.input_messages),
+            call_options=state.call_options,
+        )  # fmt: skip
+    continuation = None
+    if record is not None:
+        continuation = hi.Continuation(
+            paused_run_id=record.paused_run_id,
+            approvals=tuple(hi.ApprovalDecision(**d.model_dump()) for d in record.approvals),
+            pending=tuple(hi.PendingApproval(**p.model_dump()) for p in record.pending),
+            messages=tuple(state.input_messages) if record.with_messages else None,
+        )
+    return hi.ContinueTurn(
+        run_id=state.run_id, session_id=session, state=state.turn, replay_step=replay,
+        continuation=continuation, call_options=state.call_options,
+    )  # fmt: skip

@@ -40,8 +40,16 @@ from ..protocol.ui_chunks import (
     encode_ui_chunk,
 )
 from ..storage.writer import ChunkWriter
-from .continuation import ContinuationResolver
-from .state import ApprovalRecord, ContinuationRecord, FinalResult, RunState, StreamContext, checkpoint_of
+from .continuation import ContinuationResolver, turn_request
+from .state import (
+    ApprovalRecord,
+    ContinuationRecord,
+    FinalResult,
+    RunState,
+    StreamContext,
+    checkpoint_of,
+    pending_json,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +171,7 @@ class Runner:
         )
         replay = await self._reset_if_interrupted(state, count, translator, writer)
         state.slices += 1
-        turn = self.agent.open(self._request(state, replay))
+        turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
         _write(writer, translator.start(state.message_id))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
@@ -290,28 +298,6 @@ class Runner:
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _request(self, state: RunState, replay: bool) -> hi.TurnRequest:
-        """What the harness is opened with for this slice."""
-        session = self.agent.create_session(state.session_id)
-        record = state.continuation
-        if record is None and state.turn is None:
-            return hi.StartTurn(
-                run_id=state.run_id, session_id=session, messages=list(state.input_messages),
-                call_options=state.call_options,
-            )  # fmt: skip
-        continuation = None
-        if record is not None:
-            continuation = hi.Continuation(
-                paused_run_id=record.paused_run_id,
-                approvals=tuple(hi.ApprovalDecision(**d.model_dump()) for d in record.approvals),
-                pending=tuple(hi.PendingApproval(**p.model_dump()) for p in record.pending),
-                messages=tuple(state.input_messages) if record.with_messages else None,
-            )
-        return hi.ContinueTurn(
-            run_id=state.run_id, session_id=session, state=state.turn, replay_step=replay,
-            continuation=continuation, call_options=state.call_options,
-        )  # fmt: skip
-
     async def _save_progress(
         self, cp: Checkpoint, state: RunState, translator: StreamTranslator, writer: ChunkWriter, turn: Any
     ) -> Checkpoint:
@@ -418,15 +404,6 @@ class Runner:
             await asyncio.to_thread(self.log.append, state.run_id, count, final[count - base :], cp.epoch)
             if self.on_commit:
                 self.on_commit(state.run_id, expected)
-
-
-def pending_json(state: RunState) -> list[dict[str, Any]]:
-    """The approvals a paused run waits for, as the run API shows them."""
-    pending = []
-    for r in state.pending_approvals:
-        item = {"approvalId": r.approval_id, "toolCallId": r.tool_call_id, "toolName": r.tool_name, "input": r.input}
-        pending.append({**item, "providerExecuted": True} if r.provider_executed else item)
-    return pending
 
 
 def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:

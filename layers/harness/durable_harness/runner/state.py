@@ -119,3 +119,12 @@ def checkpoint_of(state: RunState, previous: Checkpoint | None = None) -> Checkp
         principal=state.principal,
         chat_id=state.chat_id,
     )
+
+
+def pending_json(state: RunState) -> list[dict[str, Any]]:
+    """The approvals a paused run waits for, as the run API shows them."""
+    pending = []
+    for r in state.pending_approvals:
+        item = {"approvalId": r.approval_id, "toolCallId": r.tool_call_id, "toolName": r.tool_name, "input": r.input}
+        pending.append({**item, "providerExecuted": True} if r.provider_executed else item)
+    return pending

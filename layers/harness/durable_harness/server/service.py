@@ -30,8 +30,8 @@ from ..ports import Orchestrator
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
 from ..runner.continuation import pending_answers
-from ..runner.runner import Runner, pending_json
-from ..runner.state import RunState
+from ..runner.runner import Runner
+from ..runner.state import RunState, pending_json
 from ..storage.health import StorageHealth
 from .notifier import CommitSignal
 
