@@ -60,7 +60,7 @@ test-browser: setup web chromium tests/browser/node_modules/.installed
 	cd tests/browser && PYTHON=$(CURDIR)/$(PY) npm test
 
 lint: setup
-	$(VENV)/bin/ruff check layers functions tests bench
+	$(VENV)/bin/ruff check layers functions tests bench examples
 
 typecheck: setup
 	$(VENV)/bin/mypy

@@ -35,6 +35,9 @@ RUNTIME = (3, 12)
 # AL2023 (the python3.12 runtime) has glibc 2.34: wheels for any manylinux up to 2.34 run there.
 PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_28_aarch64", "manylinux_2_34_aarch64")
 LIBRARY = ("durable_harness", "my_agent.py")
+RUNTIMES = "runtimes"
+"""An optional folder of harness programs (``ProcessHarness``) shipped in the layer as they are
+(executable bits kept); the agent file finds them at ``Path(__file__).parent / "runtimes"``."""
 
 BOTOCORE_SERVICES = frozenset({
     "dynamodb", "s3",  # run records, log heads, checkpoints; chunk-log segments (aws/)
@@ -74,12 +77,17 @@ def install(out: Path, requirements: Path) -> None:
          *platforms, "--target", str(out), "-r", str(requirements)],
         check=True,
     )  # fmt: skip
+    copy_library(out)
+
+
+def copy_library(out: Path, root: Path = HERE) -> None:
+    """The library, the agent file and, when there is one, the ``runtimes/`` folder, into ``out``."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in LIBRARY:
-        src = HERE / name
+    for name in (*LIBRARY, RUNTIMES):
+        src = root / name
         if src.is_dir():
-            shutil.copytree(src, out / name, ignore=ignore)
-        else:
+            shutil.copytree(src, out / name, ignore=ignore)  # copy2: modes (the executable bit) kept
+        elif src.exists() or name != RUNTIMES:
             shutil.copy2(src, out / name)
 
 

@@ -13,14 +13,15 @@ import secrets
 import sys
 from typing import Any
 
-from .agent.protocol import HarnessWorkflowAgent
 from .approvals import DEFAULT_SECRET_ENV
+from .harness.interface import Harness
 
 DEFAULT_AGENT = "my_agent:build_agent"
 
 
-def load_agent(spec: str, **kwargs: Any) -> HarnessWorkflowAgent:
-    """The agent named by ``"module:attribute"`` (called if it is a factory)."""
+def load_agent(spec: str, **kwargs: Any) -> Harness:
+    """The agent (any :class:`~durable_harness.harness.Harness`) named by ``"module:attribute"``,
+    called first if it is a factory."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"--agent must look like 'package.module:name', got {spec!r}")
@@ -28,9 +29,12 @@ def load_agent(spec: str, **kwargs: Any) -> HarnessWorkflowAgent:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"cannot load agent {spec!r}: {exc}") from exc
-    agent = target(**kwargs) if callable(target) and not hasattr(target, "stream") else target
-    if not isinstance(agent, HarnessWorkflowAgent):
-        raise SystemExit(f"{spec!r} is not an agent (it needs stream, continue_stream, create_session, ...)")
+    agent = target if isinstance(target, Harness) or not callable(target) else target(**kwargs)
+    if not isinstance(agent, Harness):
+        raise SystemExit(
+            f"{spec!r} is not an agent: it must be (or build) a durable_harness.harness.Harness "
+            f"(an Agent, a ProcessHarness, a PydanticAIHarness, ...), got {type(agent).__name__}"
+        )
     return agent
 
 

@@ -11,13 +11,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import AgentConfigError, ToolError
+from ..harness.interface import HarnessEvent as AgentEvent
 from ..messages import AssistantMessage, ReasoningPart, TextPart, ToolApprovalRequestPart, ToolCallPart
 from ..models.base import LanguageModel
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolInputErrorChunk
 from .control import RepairToolCall
 from .execution import result_events
-from .protocol import AgentEvent
 from .state import LoopTurnState, StepCall, StepOutcome
 from .tools import Tool
 

@@ -1,17 +1,18 @@
 """Answering a paused turn's approvals without a chat client (an event-triggered run, say).
 
 A chat client answers approvals by POSTing the whole history. A run that nobody is chatting with
-is answered through the run API instead: the answers are turned into the same model messages a
-client would have sent, built from the paused run's own checkpointed messages.
+is answered through the run API instead: the runner verifies the answers and hands them to the
+loop with the paused turn's checkpoint; here they become the same model messages a client would
+have sent, built from the paused turn's own messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError
+from ..harness.interface import ApprovalDecision
 from ..messages import (
     AssistantMessage,
     ExecutionDeniedOutput,
@@ -24,19 +25,8 @@ from ..messages import (
 )
 from .state import LoopTurnState
 
-Signer = Callable[[str, str, str, Any], "str | None"]
 
-
-@dataclass(frozen=True)
-class ApprovalAnswer:
-    """The answer to one approval request."""
-
-    approval_id: str
-    approved: bool
-    reason: str | None = None
-
-
-def pending_approvals(turn: dict[str, Any] | LoopTurnState) -> list[dict[str, Any]]:
+def pending_approvals(turn: Any) -> list[dict[str, Any]]:
     """The approval requests a paused turn waits for: approval id, tool call id, tool name, input
     (and ``providerExecuted: true`` for a call the provider runs once approved)."""
     state = turn if isinstance(turn, LoopTurnState) else LoopTurnState.model_validate(turn)
@@ -58,8 +48,8 @@ def pending_approvals(turn: dict[str, Any] | LoopTurnState) -> list[dict[str, An
     return pending
 
 
-def continuation_messages(turn: dict[str, Any], answers: Sequence[ApprovalAnswer], sign: Signer) -> list[ModelMessage]:
-    """The conversation of a paused turn with these answers appended, ready to start the next run."""
+def continuation_messages(turn: Any, answers: Sequence[ApprovalDecision]) -> list[ModelMessage]:
+    """The conversation of a paused turn with these (verified) answers appended."""
     state = LoopTurnState.model_validate(turn)
     pending = {p["approvalId"]: p for p in pending_approvals(turn)}
     unknown = [a.approval_id for a in answers if a.approval_id not in pending]
@@ -67,14 +57,7 @@ def continuation_messages(turn: dict[str, Any], answers: Sequence[ApprovalAnswer
         raise InvalidRequestError(
             f"Unknown approval ids: {unknown}; pending: {sorted(pending)}.", code="unknown_approval"
         )
-    if {a.approval_id for a in answers} != set(pending):
-        missing = sorted(set(pending) - {a.approval_id for a in answers})
-        raise InvalidRequestError(f"Answer every pending approval; missing: {missing}.", code="missing_approval")
     messages = list(state.messages)
-    for part in _requests(messages):
-        call = pending.get(part.approval_id)
-        if call is not None:
-            part.signature = sign(part.approval_id, call["toolCallId"], call["toolName"], call["input"])
     content: list[ToolResultPart | ToolApprovalResponsePart] = []
     for answer in answers:
         call = pending[answer.approval_id]

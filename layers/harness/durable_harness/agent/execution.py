@@ -8,27 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..approvals import ApprovalSecret, approval_id_for
 from ..errors import ToolError
+from ..harness.answers import match_approvals
 from ..messages import (
-    AssistantMessage,
     ErrorTextOutput,
     JsonOutput,
     ModelMessage,
     TextOutput,
-    ToolApprovalRequestPart,
     ToolApprovalResponsePart,
-    ToolCallPart,
     ToolMessage,
     ToolResultOutput,
     ToolResultPart,
 )
 from ..protocol import harness_parts as hp
-from ..protocol.ui_chunks import ToolOutputDeniedChunk, ToolOutputErrorChunk, UIMessageChunk
+from ..protocol.ui_chunks import ToolOutputErrorChunk, UIMessageChunk
 from .state import LoopTurnState, StepCall, StepOutcome
 from .tools import Tool, ToolContext
 
@@ -160,93 +157,36 @@ class ToolRunner:
 # --- approvals of an earlier turn -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AnsweredApproval:
-    """An approval response in the last tool message, matched with the request and call it answers."""
-
-    response: ToolApprovalResponsePart
-    request: ToolApprovalRequestPart
-    call: ToolCallPart
-    result: ToolResultPart | None
-    """The call's result already in the history (a denial's ``execution-denied``, or an earlier run's)."""
-
-    @property
-    def pending(self) -> bool:
-        """True when this answer still has to be acted on (executed, or shown as denied)."""
-        if self.result is None:
-            return True
-        return not self.response.approved and self.result.output.type == "execution-denied"
-
-
-def match_approvals(messages: list[ModelMessage]) -> list[AnsweredApproval]:
-    """Like ``collectToolApprovals``: the responses of a last ``tool`` message, each matched with
-    its request in the assistant messages (whose tool call supplies the name and input).
-
-    Raises :class:`ToolError` for a response that answers no request this server would have made.
-    """
-    last = messages[-1] if messages else None
-    if not isinstance(last, ToolMessage):
-        return []
-    responses = [p for p in last.content if isinstance(p, ToolApprovalResponsePart)]
-    if not responses:
-        return []
-    requests: dict[str, ToolApprovalRequestPart] = {}
-    calls: dict[str, ToolCallPart] = {}
-    for message in messages[:-1]:
-        if isinstance(message, AssistantMessage):
-            for part in message.content:
-                if isinstance(part, ToolApprovalRequestPart):
-                    requests[part.approval_id] = part
-                elif isinstance(part, ToolCallPart):
-                    calls[part.tool_call_id] = part
-    results = {p.tool_call_id: p for p in last.content if isinstance(p, ToolResultPart)}
-    matched = []
-    for response in responses:
-        request = requests.get(response.approval_id)
-        call = calls.get(request.tool_call_id) if request else None
-        if (
-            request is None
-            or call is None
-            or not (call.provider_executed or request.approval_id == approval_id_for(call.tool_call_id))
-        ):
-            # Every request this server issues is `approval-<toolCallId>` for a call in the history
-            # (a provider names its own approvals; the ledger still holds every one it asked).
-            raise ToolError(f"approval response {response.approval_id!r} answers no approval request of this server")
-        matched.append(AnsweredApproval(response, request, call, results.get(call.tool_call_id)))
-    return matched
-
-
 @dataclass
 class ApprovalActions:
     """What the answers in the last tool message ask the agent to do before calling the model."""
 
     runnable: list[StepCall]
     """Approved host calls to execute (a bad signature makes one an error result instead)."""
-    denied: list[UIMessageChunk]
-    """``tool-output-denied`` for every denied call, host or provider-executed."""
+    denied: list[str]
+    """Every denied call, host or provider-executed (the runner shows ``tool-output-denied``)."""
     refused: list[str]
-    """Approval ids of provider-executed calls approved with a missing or bad signature: the
-    provider is told they were denied instead (nothing it runs may be approved by a forgery)."""
+    """Approval ids of provider-executed calls approved without a verified answer: the provider is
+    told they were denied instead (nothing it runs may be approved by a forgery)."""
 
 
 def answered_approvals(
-    messages: list[ModelMessage], secret: ApprovalSecret | None, tools: Mapping[str, Tool]
+    messages: list[ModelMessage], verified: Collection[str], tools: Mapping[str, Tool]
 ) -> ApprovalActions:
-    """The approved calls to execute and the UI chunks for denied ones, from the last tool message.
+    """The approved calls to execute and the denied ones, from the last tool message.
 
-    A missing or bad signature (when a secret is configured) executes nothing: the model gets an
-    error result and the client no chunk. A provider-executed call is not run here: its answer
-    goes back to the provider with the next model call (like the AI SDK's ``streamText``).
+    Only approvals in ``verified`` (the approval ids whose answers the runner verified: signature
+    and ledger) execute; any other approved call executes nothing: the model gets an error result
+    and the client no chunk. A provider-executed call is not run here: its answer goes back to the
+    provider with the next model call (like the AI SDK's ``streamText``).
     """
     actions = ApprovalActions([], [], [])
     for answer in (a for a in match_approvals(messages) if a.pending):
         call, request = answer.call, answer.request
         if not answer.response.approved:
-            actions.denied.append(ToolOutputDeniedChunk(tool_call_id=call.tool_call_id))
+            actions.denied.append(call.tool_call_id)
             continue
-        signed = secret is None or secret.verify(
-            request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
-        )
+        signed = request.approval_id in verified
         if call.provider_executed:
             if not signed:
                 actions.refused.append(request.approval_id)

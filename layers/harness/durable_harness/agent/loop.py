@@ -1,8 +1,10 @@
 """The built-in tool-loop agent (WorkflowAgent parity): call the model, run tools, repeat.
 
-Each step is split at boundaries the durable runner checkpoints: after the model call (a crash
-while tools run never repeats the model call), after each tool result (a finished tool never runs
-again), and at the end of the step. Approvals pause the turn; the next turn's messages continue it.
+It is a harness like any other (:mod:`durable_harness.harness.interface`). Each step is split at
+checkpoints: after the model call (a crash while tools run never repeats the model call), after
+each tool result (a finished tool never runs again), and at the end of the step (a slice point).
+Approvals pause the turn; the continuation's messages (or, through the run API, the paused turn's
+own checkpoint plus the answers) continue it, executing only the answers the runner verified.
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from ..approvals import ApprovalSecret, approval_id_for
 from ..errors import AgentConfigError, ModelError, OutputError, RunTimeoutError, ToolError
+from ..harness import interface as hi
+from ..harness.answers import match_approvals
 from ..ids import new_id
 from ..messages import (
     AssistantMessage,
@@ -41,13 +45,12 @@ from .calls import (
     validate_call,
     validate_tools_context,
 )
-from .continuation import ApprovalAnswer, continuation_messages, pending_approvals
+from .continuation import continuation_messages
 from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, Usage, step_count_is
 from .execution import ToolRunner, answered_approvals, refuse_provider_approvals, result_part
 from .modelcall import StepResult, stream_model_step
 from .options import Preparation, validate_call_options
 from .output import Output, as_output
-from .protocol import AgentEvent, Boundary
 from .results import TurnResult, collect_result, empty_result, finish_reason_of, turn_result
 from .state import LoopTurnState, StepCall, StepSummary
 from .tools import Tool, accepts_positional
@@ -149,16 +152,18 @@ class ToolLoopAgent:
             on_end=lambda call, outcome: self._callback("tool_end", call, outcome),
         )
 
-    # --- the HarnessWorkflowAgent protocol ---------------------------------------------------------
+    # --- the harness interface ---------------------------------------------------------------------
 
     @property
-    def tool_names(self) -> Collection[str]:
-        """Names of the agent's tools."""
-        return self.tools.keys()
-
-    def has_output(self) -> bool:
-        """True when the agent parses structured output at the end of a turn."""
-        return self.output is not None
+    def options(self) -> hi.HarnessOptions:
+        """The agent's tools, reasoning and system-message settings, and its approval secret."""
+        return hi.HarnessOptions(
+            tool_names=self.tools.keys(),
+            send_reasoning=self.send_reasoning,
+            allow_system_in_messages=self.allow_system_in_messages,
+            approval_secret=self.approval_secret,
+            has_output=self.output is not None,
+        )
 
     def create_session(self, session_id: str | None = None) -> str:
         """Sessions are stateless here: the conversation travels in the turn's messages."""
@@ -168,38 +173,43 @@ class ToolLoopAgent:
         """Sign an approval request (None when no secret is configured)."""
         return self.approval_secret.sign(approval_id, tool_call_id, tool_name, tool_input)
 
-    def pending_approvals(self, turn: dict[str, Any]) -> list[dict[str, Any]]:
-        """The approvals a paused turn waits for (for the run API)."""
-        return pending_approvals(turn)
-
-    def approval_continuation(self, turn: dict[str, Any], answers: Sequence[ApprovalAnswer]) -> list[ModelMessage]:
-        """The messages that continue a paused turn with these answers (for the run API)."""
-        return continuation_messages(turn, answers, self.sign_approval)
-
     def parse_call_options(self, raw: Mapping[str, Any]) -> dict[str, Any] | None:
         """``raw`` validated by the agent's ``call_options`` model (None without one: ignored)."""
         return validate_call_options(self.call_options, raw)
 
-    def stream(
-        self, session_id: str, messages: list[ModelMessage], *, call_options: dict[str, Any] | None = None
-    ) -> AsyncIterator[AgentEvent]:
-        """Start a turn on the conversation ``messages`` with the run's validated ``call_options``."""
+    def open(self, request: hi.TurnRequest) -> hi.HarnessTurn:
+        """Open the turn for one slice: a new turn, the next slice of one, or a continuation."""
+        if isinstance(request, hi.StartTurn):
+            return hi.GeneratorTurn(self._start(request.messages, request.call_options, frozenset()))
+        continuation = request.continuation
+        if continuation is None:
+            state = LoopTurnState.model_validate(request.state)
+            return hi.GeneratorTurn(self._guard(state, replay=request.replay_step, fresh=False))
+        paused = LoopTurnState.model_validate(request.state)
+        if continuation.messages is not None:  # the chat client's history, with its answers
+            messages = list(continuation.messages)
+        else:  # the run API: the paused turn's own messages plus the answers
+            messages = continuation_messages(request.state, continuation.approvals)
+        verified = frozenset(a.approval_id for a in continuation.approvals)
+        options = request.call_options if request.call_options is not None else paused.call_options
+        return hi.GeneratorTurn(self._start(messages, options, verified))
+
+    def _start(
+        self, messages: list[ModelMessage], call_options: dict[str, Any] | None, verified: frozenset[str]
+    ) -> AsyncGenerator[hi.HarnessEvent, None]:
+        """A turn on the conversation ``messages`` with the run's validated ``call_options``;
+        ``verified``: the approval ids whose answers (in the last tool message) may execute."""
         if not self.allow_system_in_messages and any(isinstance(m, SystemMessage) for m in messages):
             raise AgentConfigError("system messages are not allowed in the messages (use instructions)")
         state = LoopTurnState(messages=list(messages), call_options=call_options, runtime_context=self.runtime_context)
-        return self._guard(state, replay=False, fresh=True)
+        return self._guard(state, replay=False, fresh=True, verified=verified)
 
-    def continue_stream(
-        self, session_id: str, continue_from: dict[str, Any], *, replay_step: bool = False
-    ) -> AsyncIterator[AgentEvent]:
-        """Continue a turn from its last boundary."""
-        return self._guard(LoopTurnState.model_validate(continue_from), replay=replay_step, fresh=False)
-
-    async def on_cancelled(self, turn: dict[str, Any] | None) -> None:
+    async def on_cancel(self, notice: hi.CancelNotice) -> None:
         """A cancel through the API ended the run: ``on_abort`` with the steps that finished."""
+        turn = notice.state
         await self._callback("abort", LoopTurnState.model_validate(turn).steps if turn else [])
 
-    def run_result(self, turn: dict[str, Any] | None) -> dict[str, Any]:
+    def run_result(self, turn: Any) -> dict[str, Any]:
         """The JSON result of a turn (see :class:`~durable_harness.agent.results.TurnResult`)."""
         if turn is None:
             return empty_result().to_dict()
@@ -227,18 +237,30 @@ class ToolLoopAgent:
             raise AgentConfigError("generate() needs a prompt or messages")
         raw = call_options.model_dump(mode="json") if isinstance(call_options, BaseModel) else call_options
         options = self.parse_call_options(raw) if raw is not None else None
-        events = self.stream(self.create_session(), conversation, call_options=options)
+        events = self._start(conversation, options, self._signed_answers(conversation))
         return await collect_result(
             events, on_abort=lambda steps: self._callback("abort", steps), signer=self.sign_approval
         )
 
+    def _signed_answers(self, messages: list[ModelMessage]) -> frozenset[str]:
+        """In memory (``generate``), with no runner: the answers whose signature this agent verifies."""
+        return frozenset(
+            a.request.approval_id
+            for a in match_approvals(messages)
+            if self.approval_secret.verify(
+                a.request.signature, a.request.approval_id, a.call.tool_call_id, a.call.tool_name, a.call.input
+            )
+        )
+
     # --- the loop ----------------------------------------------------------------------------------
 
-    async def _guard(self, state: LoopTurnState, *, replay: bool, fresh: bool) -> AsyncIterator[AgentEvent]:
+    async def _guard(
+        self, state: LoopTurnState, *, replay: bool, fresh: bool, verified: frozenset[str] = frozenset()
+    ) -> AsyncGenerator[hi.HarnessEvent, None]:
         # A cancelled task is not an abort here: the durable runner resumes the run later, or ends
         # it through on_cancelled (a cancel through the API). The total time limit is an abort.
         try:
-            async for event in self._run(state, replay=replay, fresh=fresh):
+            async for event in self._run(state, replay=replay, fresh=fresh, verified=verified):
                 yield event
         except RunTimeoutError:
             await self._callback("abort", state.steps)
@@ -247,20 +269,20 @@ class ToolLoopAgent:
             await self._callback("error", exc)
             raise
 
-    async def _run(self, state: LoopTurnState, *, replay: bool, fresh: bool) -> AsyncIterator[AgentEvent]:
+    async def _run(
+        self, state: LoopTurnState, *, replay: bool, fresh: bool, verified: frozenset[str]
+    ) -> AsyncIterator[hi.HarnessEvent]:
         if fresh:
             await self.preparation.call(state)
             last = state.messages[-1] if state.messages else None
             state.response_start = len(state.messages)
             state.input_tool_parts = len(last.content) if isinstance(last, ToolMessage) else None
             await self._callback("start", state.messages)
-            actions = answered_approvals(state.messages, self.approval_secret, self.tools)
+            actions = answered_approvals(state.messages, verified, self.tools)
             refuse_provider_approvals(state.messages, actions.refused)
-            if actions.runnable or actions.denied:
+            if actions.runnable or actions.denied:  # (the runner shows the denials to the client)
                 state.phase, state.approval_step, state.step_calls = "tools", True, actions.runnable
-                for chunk in actions.denied:
-                    yield chunk
-                yield Boundary("model", dump_state(state))
+                yield hi.Checkpoint(dump_state(state))
         elif state.phase == "tools" and replay:
             for event in replay_events(state):
                 yield event
@@ -288,7 +310,7 @@ class ToolLoopAgent:
             return True
         return False
 
-    async def _model_phase(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+    async def _model_phase(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         total = self.timeout.total
         deadline = None if total is None else state.started_at + total
         if deadline is not None and time.time() >= deadline:
@@ -327,12 +349,12 @@ class ToolLoopAgent:
         state.provider_approvals = list(result.provider_approvals)
         if result.calls:
             state.phase, state.approval_step = "tools", False
-            yield Boundary("model", dump_state(state))
+            yield hi.Checkpoint(dump_state(state))
         else:
             async for event in self._end_step(state):
                 yield event
 
-    async def _tools_phase(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+    async def _tools_phase(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         runnable: list[StepCall] = []
         if not state.approval_step:
             for event in await self._sort_calls(state, runnable):
@@ -341,7 +363,7 @@ class ToolLoopAgent:
             runnable = list(state.step_calls)
         async for item in self.runner.run_step(state, runnable):
             if item is None:
-                yield Boundary("tool-result", dump_state(state))
+                yield hi.Checkpoint(dump_state(state))
             else:
                 yield item
         waiting = set(state.pending_approvals) | set(state.client_calls)
@@ -355,14 +377,14 @@ class ToolLoopAgent:
         async for event in self._end_step(state):
             yield event
 
-    async def _sort_calls(self, state: LoopTurnState, runnable: list[StepCall]) -> list[AgentEvent]:
+    async def _sort_calls(self, state: LoopTurnState, runnable: list[StepCall]) -> list[hi.HarnessEvent]:
         """Split the step's calls: run now, wait for approval, or leave to the client."""
         if state.pending_approvals or state.client_calls or state.step_outcomes:
             # Sorted already before a checkpoint: recompute the same split without new events.
             waiting = set(state.pending_approvals) | set(state.client_calls)
             runnable.extend(c for c in state.step_calls if c.tool_call_id not in waiting)
             return []
-        events: list[AgentEvent] = []
+        events: list[hi.HarnessEvent] = []
         assistant = state.messages[-1]
         for call in state.step_calls:
             tool = self.tools.get(call.tool_name)
@@ -387,7 +409,7 @@ class ToolLoopAgent:
             return False  # invalid input never runs; it is reported as an error instead
         return await tool.approval_needed(validated, self.runner.context(call, state))
 
-    async def _end_step(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+    async def _end_step(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         if not state.approval_step:
             state.step += 1
         state.phase, state.approval_step = "model", False
@@ -399,9 +421,9 @@ class ToolLoopAgent:
         )
         if state.steps:
             await self._callback("step_end", state.steps[-1])
-        yield Boundary("step", dump_state(state))
+        yield hi.Checkpoint(dump_state(state))  # after finish-step: a slice point
 
-    async def _end(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+    async def _end(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         # End callbacks run before the output is checked (as in the seed): on_end gets the output
         # when it parses, None when it does not, and the run then fails with the parse error.
         output, problem = None, None
@@ -419,7 +441,7 @@ class ToolLoopAgent:
             finish_reason=hp.FinishReason(unified=reason, raw=raw),  # type: ignore[arg-type]
             total_usage=usage_of(state.total_usage),
         )
-        yield Boundary("approval" if state.paused else "end", dump_state(state), output)
+        yield hi.Checkpoint(dump_state(state), output)
 
     async def _callback(self, name: str, *args: Any) -> None:
         callback = self.callbacks.get(name)

@@ -9,11 +9,12 @@ turn is its k-th model step; the tool message after it holds that step's results
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import Field
 
+from ..harness.interface import Checkpoint, HarnessEvent
 from ..messages import (
     AssistantMessage,
     ModelMessage,
@@ -26,7 +27,6 @@ from ..messages import (
 from ..protocol.wire import JSONValue, WireModel
 from .continuation import pending_approvals
 from .control import Usage
-from .protocol import AgentEvent, Boundary
 from .state import LoopTurnState, StepSummary
 
 Signer = Callable[[str, str, str, Any], "str | None"]
@@ -138,7 +138,7 @@ def empty_result() -> TurnResult:
 
 
 async def collect_result(
-    events: AsyncIterator[AgentEvent],
+    events: AsyncGenerator[HarnessEvent, None],
     *,
     on_abort: Callable[[list[StepSummary]], Awaitable[None]],
     signer: Signer | None,
@@ -152,13 +152,13 @@ async def collect_result(
     output: Any = None
     try:
         async for event in events:
-            if isinstance(event, Boundary):
-                last, output = event.turn, event.output
+            if isinstance(event, Checkpoint):
+                last, output = event.state, event.output
     except asyncio.CancelledError:
         await on_abort(LoopTurnState.model_validate(last).steps if last else [])
         raise
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
     if last is None:
         return empty_result()
     return turn_result(LoopTurnState.model_validate(last), output=output, signer=signer)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..agent.protocol import HarnessWorkflowAgent
+from ..harness.interface import Harness
 from ..runner.local import LocalOrchestrator
 from ..runner.runner import Runner
 from ..storage._private import make_private_dirs
@@ -34,7 +34,7 @@ class LocalKit:
 
 
 def build_local_kit(
-    agent: HarnessWorkflowAgent,
+    agent: Harness,
     data_dir: str | Path,
     *,
     slice_seconds: float | None = 600.0,

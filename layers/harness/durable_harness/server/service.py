@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..agent.continuation import ApprovalAnswer
-from ..agent.execution import match_approvals
 from ..agent.options import body_call_options
 from ..errors import (
     FencedError,
@@ -25,16 +23,15 @@ from ..errors import (
     RunExistsError,
     RunNotFoundError,
     StorageError,
-    ToolError,
 )
 from ..ids import derived_run_id, new_id, new_run_id
-from ..ledger import approval_key
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
 from ..ports import Orchestrator
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
+from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
-from ..runner.state import RunState
+from ..runner.state import RunState, pending_json
 from ..storage.health import StorageHealth
 from .notifier import CommitSignal
 
@@ -104,21 +101,8 @@ class ChatService:
         message_id = last.id if last.role == "assistant" and last.id else new_id("msg")
         # A retried POST (same principal, chat and last message) gets the run it already started.
         run_id = derived_run_id(principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
-        secret = getattr(self.runner.agent, "approval_secret", None)
-        for answer in (a for a in match_approvals(model_messages) if a.pending):
-            request, call = answer.request, answer.call
-            signed = secret is None or secret.verify(
-                request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
-            )
-            if not signed and not call.provider_executed:
-                continue  # never executed: the agent tells the model the approval was not valid
-            # A provider's request is answered either way (a bad signature reaches it as a denial),
-            # and only the ledger knows whether the server ever relayed a request with that id.
-            key = approval_key(
-                principal, message_id, answer.request.approval_id, answer.call.tool_call_id,
-                answer.call.tool_name, answer.call.input,
-            )  # fmt: skip
-            await asyncio.to_thread(self.runner.ledger.answer, key, run_id)
+        # Answers to approvals make it a continuation of the paused run: the runner finds that run
+        # through the approval ledger and verifies every answer (see Runner.create_run).
         try:
             state = await asyncio.to_thread(
                 self.runner.create_run,
@@ -163,10 +147,7 @@ class ChatService:
         """What the run API reports about a run."""
         state = await self.load(run_id, principal)
         result = state.final_result
-        pending_of = getattr(self.runner.agent, "pending_approvals", None)
-        pending = (
-            pending_of(state.turn) if state.status == "awaiting_tool_approval" and state.turn and pending_of else []
-        )
+        pending = pending_json(state) if state.status == "awaiting_tool_approval" else []
         body: dict[str, Any] = {
             "runId": state.run_id,
             "status": state.status,
@@ -213,6 +194,7 @@ class ChatService:
             except FencedError:
                 raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
                                           status=409) from None  # fmt: skip
+            await self.runner.notify_cancel(abandoned)
             await self._announce(abandoned, "Run Cancelled")
             return abandoned
         if state.terminal:
@@ -236,31 +218,17 @@ class ChatService:
     async def answer_approvals(self, run_id: str, body: Any, principal: str | None) -> RunState:
         """Answer a paused run's approvals without a chat client; starts the continuation run."""
         state = await self.load(run_id, principal)
-        if state.status != "awaiting_tool_approval" or state.turn is None:
+        if state.status != "awaiting_tool_approval":
             raise InvalidRequestError(f"Run {run_id} is not waiting for approval ({state.status}).", code="not_paused",
                                       status=409)  # fmt: skip
-        continuation = getattr(self.runner.agent, "approval_continuation", None)
-        if continuation is None:
-            raise InvalidRequestError("This agent cannot be continued through the run API.", code="unsupported")
-        messages = continuation(state.turn, _parse_answers(body))
-        if state.continued_by is not None:
-            raise InvalidRequestError(f"Run {run_id} was already answered by run {state.continued_by}.",
-                                      code="already_answered", status=409)  # fmt: skip
+        answers = _parse_answers(body)
         new_id = new_run_id()
-        for pending in self.runner.agent.pending_approvals(state.turn):  # type: ignore[attr-defined]
-            key = approval_key(
-                state.principal, state.message_id, pending["approvalId"], pending["toolCallId"],
-                pending["toolName"], pending["input"],
-            )  # fmt: skip
-            await asyncio.to_thread(self.runner.ledger.answer, key, new_id)
-        try:  # record the answer first (a conditional write), so two answers cannot both start a run
-            await asyncio.to_thread(self.runner.mark_continued, run_id, new_id)
-        except FencedError:
-            raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
-                                      status=409) from None  # fmt: skip
+        # Checks the answers against the run's requests, marks them answered in the ledger and the
+        # paused run as continued (a conditional write, so two answers cannot both start a run).
+        continuation = await asyncio.to_thread(self.runner.continuations.from_answers, state, answers, new_id)
         new = await asyncio.to_thread(
             self.runner.create_run,
-            messages,
+            [],
             run_id=new_id,
             chat_id=state.chat_id,
             session_id=state.session_id,
@@ -268,6 +236,7 @@ class ChatService:
             origin=state.origin,
             message_id=state.message_id,
             call_options=state.call_options,
+            continuation=continuation,
         )
         self.orchestrator.start(new.run_id)
         return new
@@ -326,7 +295,7 @@ class ChatService:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
         allow = self.config.allow_system_messages
         if allow is None:
-            allow = bool(getattr(self.runner.agent, "allow_system_in_messages", False))
+            allow = self.runner.options.allow_system_in_messages
         if not allow:
             for i, message in enumerate(messages):
                 if message.role == "system":
@@ -346,10 +315,7 @@ class ChatService:
             converted = convert_to_model_messages(messages)
         except (ProtocolError, ValueError) as exc:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
-        try:
-            match_approvals(converted)  # every answer must match a request in the history
-        except ToolError as exc:
-            raise InvalidRequestError(f"Invalid approval: {exc}.", code="unknown_approval") from exc
+        pending_answers(converted)  # 400 for an answer whose request or call is not in the history
         return converted
 
 
@@ -359,7 +325,7 @@ def _answers_approvals(messages: list[ModelMessage]) -> bool:
     return isinstance(last, ToolMessage) and any(isinstance(p, ToolApprovalResponsePart) for p in last.content)
 
 
-def _parse_answers(body: Any) -> list[ApprovalAnswer]:
+def _parse_answers(body: Any) -> list[tuple[str, bool, str | None]]:
     items = body.get("approvals") if isinstance(body, dict) else None
     if not isinstance(items, list) or not items:
         raise InvalidRequestError(
@@ -376,5 +342,5 @@ def _parse_answers(body: Any) -> list[ApprovalAnswer]:
             raise InvalidRequestError(
                 f"approvals[{i}] needs a string approvalId, a boolean approved, an optional reason."
             )
-        answers.append(ApprovalAnswer(item["approvalId"], item["approved"], item.get("reason")))
+        answers.append((item["approvalId"], item["approved"], item.get("reason")))
     return answers
