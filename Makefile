@@ -60,7 +60,7 @@ test-browser: setup web chromium tests/browser/node_modules/.installed
 	cd tests/browser && PYTHON=$(CURDIR)/$(PY) npm test
 
 lint: setup
-	$(VENV)/bin/ruff check layers functions tests bench
+	$(VENV)/bin/ruff check layers functions tests bench examples
 
 typecheck: setup
 	$(VENV)/bin/mypy
@@ -88,7 +88,7 @@ clean:
 SAM_VENV ?= .venv-sam
 SAM_ENV := SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1
 
-.PHONY: deploy-checks sam-setup
+.PHONY: deploy-checks sam-setup bench
 
 sam-setup: $(SAM_VENV)/.installed
 
@@ -107,3 +107,9 @@ deploy-checks: sam-setup web
 	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint --format parseable .aws-sam/template.cfn.json
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
 	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache
+
+# --- Benchmarks (not part of `make test`) ---------------------------------------------------------
+# Every bench/*.py, then one table of the targets, MET or MISSED (bench/README.md). cold_start.py
+# measures the `sam build` output with python3.12, hence deploy-checks first.
+bench: setup deploy-checks
+	PYTHON312="$(PYTHON312)" $(PY) bench/_run_all.py

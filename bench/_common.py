@@ -249,6 +249,12 @@ class RequestMeter:
             entry.label = str(self._label())
         if service == "s3":
             entry.item = request.url.split("?", 1)[0]  # which object (segment or state)
+        if service == "dynamodb" and op == "TransactWriteItems":
+            # Two write units per KB of each item written (transactions cost double); creating a
+            # run puts its record and its empty chunk log in one transaction.
+            payload = json.loads(body) if body else {}
+            puts = [entry["Put"]["Item"] for entry in payload.get("TransactItems", []) if "Put" in entry]
+            entry.wru = float(sum(2 * max(1, math.ceil(len(json.dumps(item)) / 1024)) for item in puts))
         if service == "dynamodb" and op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
             payload = json.loads(body) if body else {}
             key = payload.get("Key") or payload.get("Item") or {}
@@ -285,12 +291,16 @@ class RequestMeter:
 
 
 def item_kind(request: Request) -> str:
-    """What a request touched: ``run`` (record), ``chunk item``, ``log`` (the previous log head), an S3
-    ``segment`` or ``state`` object; empty when nothing in particular (a Query, a listing)."""
+    """What a request touched: ``run`` (record), ``chunk item``, ``segment index``, ``log`` (the
+    previous log head), an S3 ``segment``, ``spill`` or ``state`` object; empty when nothing in
+    particular (a Query, a listing)."""
     if request.item.startswith("c#"):
-        return "chunk item"
+        return "segment index" if request.item.endswith("#~") else "chunk item"
     if request.service == "s3":
-        return "segment" if "/seg/" in request.item else "state" if "/state/" in request.item else ""
+        for kind in ("seg", "spill", "state"):
+            if f"/{kind}/" in request.item:
+                return {"seg": "segment"}.get(kind, kind)
+        return ""
     return request.item
 
 
@@ -406,16 +416,19 @@ class MotoAws:
         put_log_direct(TABLE, run_id, chunks, per_item)
 
 
-def put_log_direct(table: str, run_id: str, chunks: Sequence[str], per_item: int, epoch: int = 1) -> None:
-    """``chunks`` as ``DynamoChunkLog`` items of ``per_item`` chunks, straight into moto's DynamoDB
-    backend (no HTTP, no conditions): a 100k-chunk log in a second instead of 10k requests."""
-    from durable_harness.aws._logitems import encode_chunks, sort_key
+def put_log_direct(
+    table: str, run_id: str, chunks: Sequence[str], per_item: int, epoch: int = 1, gen: str = "0000000000000"
+) -> None:
+    """``chunks`` as ``DynamoChunkLog`` items of ``per_item`` chunks of generation ``gen`` (the
+    default: a log without a run record), straight into moto's DynamoDB backend (no HTTP, no
+    conditions): a 100k-chunk log in a second instead of 10k requests."""
+    from durable_harness.aws._logitems import chunk_key, encode_chunks
     from moto.dynamodb.models import dynamodb_backends
 
     backend = dynamodb_backends[ACCOUNT][REGION]
     for start in range(0, len(chunks), per_item):
         part = chunks[start : start + per_item]
-        item = {"pk": {"S": run_id}, "sk": {"S": sort_key(start)}, "n": {"N": str(len(part))},
+        item = {"pk": {"S": run_id}, "sk": {"S": chunk_key(gen, start)}, "n": {"N": str(len(part))},
                 "e": {"N": str(epoch)}, "w": {"S": "direct"}, "d": encode_chunks(part).attribute}  # fmt: skip
         backend.put_item(table, item)
 

@@ -211,11 +211,7 @@ def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, 
     chunks.append('{"type":"finish","finishReason":"stop"}')
     import durable_harness.aws as aws
 
-    if hasattr(aws, "DynamoChunkLog"):
-        from _common import put_log_direct
-
-        put_log_direct(table, run_id, chunks, 10)
-    else:  # the previous tree: S3 segments and a head item
+    if not hasattr(aws, "DynamoChunkLog"):  # the previous tree: S3 segments and a head item
         from durable_harness.aws._segments import segment_name
         from moto.s3.models import s3_backends
 
@@ -238,14 +234,22 @@ def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, 
     store = DynamoCheckpointStore(table, client=stack.client("dynamodb"), s3_client=stack.client("s3"), bucket=bucket)
     store.create(Checkpoint(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished",
                             principal=principal))  # fmt: skip
+    if hasattr(aws, "DynamoChunkLog"):  # the items of the incarnation the record's creation made
+        from _common import put_log_direct
+
+        found = stack.client("dynamodb").query(
+            TableName=table, KeyConditionExpression="pk = :p AND begins_with(sk, :c)", ScanIndexForward=False,
+            ExpressionAttributeValues={":p": {"S": run_id}, ":c": {"S": "c#"}}, Limit=1,
+        )["Items"]  # fmt: skip
+        put_log_direct(table, run_id, chunks, 10, gen=found[0]["sk"]["S"].split("#")[1])
 
 
 def is_log_request(request: Any) -> bool:
-    """A request of the chunk log (its items, head or segments), as opposed to run records."""
+    """A request of the chunk log (its items, index, head or objects), as opposed to run records."""
     if request.service == "dynamodb":
         return request.op == "Query" or request.item == "log" or request.item.startswith("c#")
     if request.service == "s3":
-        return request.op == "ListObjectsV2" or "/seg/" in request.item
+        return request.op == "ListObjectsV2" or "/seg/" in request.item or "/spill/" in request.item
     return False
 
 

@@ -9,9 +9,10 @@ the chunk log is an in-memory one (not measured here).
 Printed: per step, the checkpoint writes, the bytes written (state JSON), the item size at the end
 of the step, its WRU, and the new conversation content of that step; the growth slope (bytes of
 checkpoint per step, least squares) against the new content per step; the cumulative totals; and
-what the last checkpoint is made of.
+what the last checkpoint is made of. Then the issue's checkpoint targets (bench/_targets.py), the
+bytes one from a second, ``--target-steps``-step run.
 
-    .venv/bin/python bench/checkpoint_growth.py [--steps 50] [--deltas 20] [--result-bytes 400]
+    .venv/bin/python bench/checkpoint_growth.py [--steps 50] [--deltas 20] [--result-bytes 400] [--target-steps 200]
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from _common import PRICES, MotoAws, RequestMeter, machine, scripted_tool_agent, table, user_turn, verdict
+from _targets import CHECKPOINT_BYTES_RATIO, report
+from durable_harness.errors import HarnessError
 from durable_harness.ports import Checkpoint, CheckpointStore
 from durable_harness.runner.runner import Runner
+from durable_harness.runner.state import RunState
 from durable_harness.storage.memory import MemoryChunkLog
 
 
@@ -85,6 +89,39 @@ def size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")))
 
 
+def run_turn(steps: int, deltas: int, result_bytes: int) -> tuple[RecordingStore, RunState, Any]:
+    """One ``steps``-step tool-calling turn on the DynamoDB store under moto: its saves, end state, requests."""
+    with MotoAws() as aws:
+        meter = RequestMeter()
+        ddb, s3 = aws.clients(meter=meter)
+        store = RecordingStore(aws.store(ddb, s3), meter)
+        agent = scripted_tool_agent(steps=steps, deltas=deltas, result_bytes=result_bytes, final_text=False)
+        runner = Runner(agent, store, MemoryChunkLog(), flush_interval=0)
+        state = runner.create_run(user_turn())
+        final = asyncio.run(runner.run(state.run_id))
+        return store, final, meter.counts()
+
+
+def report_targets(store: RecordingStore, final: RunState, steps: int, written: list[int], args: Any) -> None:
+    """The issue's checkpoint targets (bench/_targets.py): writes per step, growth, a long run's bytes."""
+    writes = len(store.saves)
+    slices = max(final.slices, 1)
+    report("checkpoint.writes_per_step", f"{writes} writes in {steps} steps and {slices} slice(s): "
+           f"{writes / steps:.2f} per step", writes <= steps + slices)  # fmt: skip
+    k = max(1, min(10, steps // 4))
+    first, last = sum(written[:k]) / k, sum(written[-k:]) / k
+    report("checkpoint.no_growth", f"bytes written per step: {first:,.0f} in the first {k} steps, {last:,.0f} in the "
+           f"last {k} (x{last / first:.2f})", last <= 1.1 * first)  # fmt: skip
+    try:
+        long_store, _, _ = run_turn(args.target_steps, args.deltas, args.result_bytes)
+    except HarnessError as exc:
+        report("checkpoint.bytes_200_steps", f"the {args.target_steps}-step run failed: {exc}", False)
+        return
+    total, end = sum(s.size for s in long_store.saves), long_store.saves[-1].size
+    report("checkpoint.bytes_200_steps", f"{args.target_steps} steps: {total:,} bytes written for a final state of "
+           f"{end:,} (x{total / end:.1f})", total <= CHECKPOINT_BYTES_RATIO * end)  # fmt: skip
+
+
 def main() -> None:
     """Run the 50-step turn and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,19 +129,10 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=20, help="text deltas per step (~5 bytes each)")
     parser.add_argument("--result-bytes", type=int, default=400, help="approximate JSON size of each tool result")
     parser.add_argument("--every", type=int, default=5, help="print every n-th step (and the first and last)")
+    parser.add_argument("--target-steps", type=int, default=200, help="steps of the run the bytes target names")
     args = parser.parse_args()
 
-    with MotoAws() as aws:
-        meter = RequestMeter()
-        ddb, s3 = aws.clients(meter=meter)
-        store = RecordingStore(aws.store(ddb, s3), meter)
-        agent = scripted_tool_agent(
-            steps=args.steps, deltas=args.deltas, result_bytes=args.result_bytes, final_text=False
-        )
-        runner = Runner(agent, store, MemoryChunkLog(), flush_interval=0)
-        state = runner.create_run(user_turn())
-        final = asyncio.run(runner.run(state.run_id))
-        counts = meter.counts()
+    store, final, counts = run_turn(args.steps, args.deltas, args.result_bytes)
 
     steps = args.steps
     per_step: list[list[Save]] = [[] for _ in range(steps)]
@@ -172,6 +200,7 @@ def main() -> None:
         f"bytes per step by {written_growth:,.0f} per step (quadratic in total)"
     )
     print(f"  bytes written per step linear in new content: {verdict(linear, why)}")
+    report_targets(store, final, steps, written, args)
 
 
 if __name__ == "__main__":

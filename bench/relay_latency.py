@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 from _common import MotoAws, machine, median, pct, serve, table, verdict
+from _targets import LOCAL_ADDED_CHUNK_P50_MS, LOCAL_ADDED_TTFC_MS, report
 from durable_harness.agent.loop import ToolLoopAgent
 from durable_harness.models.base import ModelRequest, finish
 from durable_harness.models.scripted import FunctionModel
@@ -198,6 +199,9 @@ def main() -> None:
     print(f"  TTFC within 30 ms of direct: {verdict(ttfc_gap <= 30, f'{ttfc_gap:+.1f} ms')}")
     print(f"  added per-chunk latency p50 <= 20 ms: {verdict(p50_gap <= 20, f'{p50_gap:.1f} ms')}")
     print(f"  added per-chunk latency p99 <= 80 ms: {verdict(p99_gap <= 80, f'{p99_gap:.1f} ms')}")
+    report("local.ttfc", f"{ttfc_gap:+.1f} ms (durable {d[1]:.1f}, direct {b[1]:.1f})", ttfc_gap <= LOCAL_ADDED_TTFC_MS)
+    report("local.chunk_latency.p50", f"{p50_gap:+.1f} ms (durable {d[2]:.2f}, direct {b[2]:.3f})",
+           p50_gap <= LOCAL_ADDED_CHUNK_P50_MS)  # fmt: skip
 
 
 if __name__ == "__main__":

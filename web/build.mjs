@@ -1,12 +1,14 @@
 // Build the chat page into layers/harness/durable_harness/server/static/:
 //   index.html            (no-cache: it names the current assets)
-//   assets/app-<hash>.js  the bundled client (ai + @ai-sdk/workflow + the page), content-hashed
+//   assets/app-<hash>.js  the bundled client (React + @ai-sdk/react + ai + @ai-sdk/workflow + the
+//                         page), content-hashed
 //   assets/app-<hash>.css
 // Usage: node build.mjs [--outdir DIR] [--sourcemap]
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { gzipSync } from 'node:zlib';
 
 import * as esbuild from 'esbuild';
 
@@ -30,8 +32,9 @@ mkdirSync(path.join(outdir, 'assets'), { recursive: true });
 
 const result = await esbuild.build({
   absWorkingDir: HERE,
-  entryPoints: { app: 'src/main.js' },
+  entryPoints: { app: 'src/main.jsx' },
   bundle: true,
+  jsx: 'automatic', // React 17+ runtime: no `import React` in every .jsx file
   format: 'esm',
   platform: 'browser',
   target: ['es2022', 'chrome110', 'firefox115', 'safari16'],
@@ -59,7 +62,10 @@ writeFileSync(path.join(outdir, 'index.html'), html);
 // The build output is never committed (also listed in the repository's .gitignore).
 writeFileSync(path.join(outdir, '.gitignore'), '*\n');
 
-const kib = (file) => `${(statSync(file).size / 1024).toFixed(1)} KiB`;
+const kib = (file) => {
+  const size = (bytes) => `${(bytes / 1024).toFixed(1)} KiB`;
+  return `${size(statSync(file).size)} (gzip ${size(gzipSync(readFileSync(file), { level: 9 }).length)})`;
+};
 for (const file of [path.join(outdir, 'index.html'), ...outputs]) {
   console.log(`  ${path.relative(process.cwd(), file)}  ${kib(file)}`);
 }

@@ -29,7 +29,7 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
             agent,
             env.get("DATA_DIR", "/tmp/durable-harness"),
             slice_seconds=float(env.get("SLICE_SECONDS", "600")),
-            authenticator=authenticator_from_env(env, default_mode="none"),
+            authenticator=authenticator_from_env(env, default_mode="none", local=True),
         ).app
 
     from durable_harness.aws.runtime import build_runtime
@@ -46,7 +46,10 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
         poll_seconds=float(env.get("STREAM_POLL_SECONDS", "0.05")),
         idle_poll_seconds=1.0,
     )
-    service = ChatService(runner, runtime.orchestrator, config=config)
+    events = runtime.events
+    # "Run Cancelled" is the one lifecycle event the chat function causes (slices announce the rest).
+    announce = events.publish if events is not None else None
+    service = ChatService(runner, runtime.orchestrator, config=config, announce=announce)
     return ChatApp(
         service,
         authenticator=authenticator_from_env(env, default_mode="token"),

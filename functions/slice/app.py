@@ -22,18 +22,18 @@ import os
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from durable_harness.aws.events import EventPublisher, kind_for_status
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
+from durable_harness.aws.tracing import capture_lambda_handler
 from durable_harness.cli import DEFAULT_AGENT, load_agent
 from durable_harness.errors import FencedError, HarnessError, RetryableError
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState
 
 logger = Logger()
-tracer = Tracer()
 metrics = Metrics()
 
 SAFETY_MARGIN_SECONDS = 60.0
@@ -61,8 +61,9 @@ def slice_budget(context: LambdaContext | None) -> float:
     return max(0.0, budget)
 
 
-def _announce(events: EventPublisher | None, before: str, state: RunState) -> None:
-    """Publish the lifecycle events of this slice's status change (best effort)."""
+def _announce(events: EventPublisher | None, runner: Runner, before: str, state: RunState) -> None:
+    """Publish the lifecycle events of this slice's status change (best effort); "Run Finished"
+    carries a summary of the result."""
     if events is None:
         return
     kinds = ["Run Started"] if before == "not_started" else []
@@ -70,9 +71,18 @@ def _announce(events: EventPublisher | None, before: str, state: RunState) -> No
         kinds.append(kind)
     for kind in kinds:
         try:
-            events.publish(state, kind)
+            events.publish(state, kind, _result(runner, state) if kind == "Run Finished" else None)
         except HarnessError as exc:  # a lost notification must not fail (and so repeat) the slice
             logger.warning("could not publish a lifecycle event", extra={"kind": kind, "reason": str(exc)})
+
+
+def _result(runner: Runner, state: RunState) -> dict[str, Any] | None:
+    """The run's result for the event's summary; None (an event without it) if it cannot be built."""
+    try:
+        return runner.result(state)
+    except Exception:  # the event matters more than its summary, and the run has ended already
+        logger.exception("could not summarize the run's result for its event")
+        return None
 
 
 async def _run_slice(runner: Runner, run_id: str, budget: float) -> tuple[str, RunState]:
@@ -81,7 +91,7 @@ async def _run_slice(runner: Runner, run_id: str, budget: float) -> tuple[str, R
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler
+@capture_lambda_handler  # X-Ray only when tracing is on: the SDK costs 150-250 ms of cold start
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Run one slice of ``event["runId"]``; returns ``{"runId", "status", "slices"}``."""
@@ -99,5 +109,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="SliceRetries", unit=MetricUnit.Count, value=1)
         raise RetryableSliceError(str(exc)) from exc
     logger.info("slice done", extra={"before": before, "status": state.status, "slices": state.slices})
-    _announce(runtime.events, before, state)
+    _announce(runtime.events, runner, before, state)
     return {"runId": run_id, "status": state.status, "slices": state.slices}

@@ -3,12 +3,14 @@
 Invoked by the EventBridge rule on ``source: durable-harness.client, detail-type: Start Run``
 (and, when a schedule is configured, by EventBridge Scheduler with an event of the same shape
 whose source is ``durable-harness.schedule``). ``detail`` carries ``prompt`` (one user message)
-or ``messages`` (AI SDK UI messages), and optionally ``runId`` and ``chatId``.
+or ``messages`` (AI SDK UI messages), and optionally ``runId``, ``chatId`` and ``callOptions``
+(validated by the agent's ``call_options`` model, like a chat client's extra ``body`` fields).
 
-EventBridge delivers at least once. The run id is derived from the event (its ``id``, or a valid
-``detail.runId``), the run is created only if it does not exist, and the execution is named after
-the run: the same event delivered twice starts one run. The run then streams to the same chunk
-log as a chat run and can be followed with ``GET /api/chat/<runId>/stream``.
+EventBridge delivers at least once, and Scheduler retries. The run id is derived from the event
+(a valid ``detail.runId``, else its ``id``; for a scheduled event the schedule and the scheduled
+time), the run is created only if it does not exist, and the execution is named after the run:
+the same event delivered twice, or one scheduled time invoked twice, starts one run. The run then
+streams to the same chunk log as a chat run and can be followed with ``GET /api/chat/<runId>/stream``.
 """
 
 from __future__ import annotations
@@ -17,23 +19,19 @@ import os
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from durable_harness.aws.events import START_RUN_SOURCE, parse_start_run_event
+from durable_harness.aws.events import SCHEDULE_SOURCE, START_RUN_SOURCE, parse_start_run_event
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
+from durable_harness.aws.tracing import capture_lambda_handler
 from durable_harness.cli import DEFAULT_AGENT, load_agent
 from durable_harness.errors import InvalidRequestError, ProtocolError, RunExistsError
 from durable_harness.protocol.ui_messages import convert_to_model_messages
 from durable_harness.runner.runner import Runner
 
 logger = Logger()
-tracer = Tracer()
 metrics = Metrics()
-
-SCHEDULE_SOURCE = "durable-harness.schedule"
-"""The ``source`` of the events the optional schedule sends (see template.yaml)."""
-
 
 @cache
 def _runtime() -> tuple[AwsRuntime, Runner]:
@@ -47,6 +45,7 @@ def create_run(runner: Runner, event: dict[str, Any]) -> tuple[str, bool]:
     """Create the event's run unless it exists; ``(run_id, needs_start)``."""
     source = SCHEDULE_SOURCE if event.get("source") == SCHEDULE_SOURCE else START_RUN_SOURCE
     request = parse_start_run_event(event, source=source)
+    call_options = runner.agent.parse_call_options(request.call_options or {})
     messages = convert_to_model_messages(request.messages)
     last = request.messages[-1]
     message_id = last.id if last.role == "assistant" and last.id else None
@@ -58,6 +57,7 @@ def create_run(runner: Runner, event: dict[str, Any]) -> tuple[str, bool]:
             principal=None,  # visible to every authenticated caller of the chat API (it follows the run)
             origin="event",
             message_id=message_id,
+            call_options=call_options,
         )
     except RunExistsError:
         # A redelivery. Start only if the first delivery died between creating and starting.
@@ -66,7 +66,7 @@ def create_run(runner: Runner, event: dict[str, Any]) -> tuple[str, bool]:
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler
+@capture_lambda_handler  # X-Ray only when tracing is on: the SDK costs 150-250 ms of cold start
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Start the run an event asks for; returns ``{"runId"}`` (or ``{"error"}`` for a bad event)."""

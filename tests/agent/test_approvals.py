@@ -9,7 +9,7 @@ import pytest
 from durable_harness import Agent, ApprovalSecret
 from durable_harness.approvals import sign_tool_approval, verify_tool_approval
 from durable_harness.demo import DEMO_TOOLS, SAVED_NOTES
-from durable_harness.errors import ToolError
+from durable_harness.errors import InvalidRequestError
 from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
 from durable_harness.protocol.ui_messages import convert_to_model_messages, parse_ui_messages
 from durable_harness.runner import Runner
@@ -167,25 +167,26 @@ async def test_a_tampered_approval_never_executes(tamper: dict[str, Any]) -> Non
 
 
 async def test_an_answer_to_an_unknown_approval_is_rejected() -> None:
-    from durable_harness.agent.execution import answered_approvals
-
     turns = Turns()
     user, chunks, _ = await first_turn(turns)
     history = answered(user, chunks, True)
     next(p for p in history[1]["parts"] if p.get("toolCallId") == "c1")["approval"]["id"] = "approval-forged"
-    with pytest.raises(ToolError, match="approval-forged"):
-        answered_approvals(convert_to_model_messages(parse_ui_messages(history)), None, {})
+    with pytest.raises(InvalidRequestError, match="never asked for") as raised:
+        await turns.run(history, "msg_a")
+    assert raised.value.code == "unknown_approval" and SAVED_NOTES == {}
 
 
 async def test_a_pending_approval_survives_slices_and_its_continuation_too() -> None:
     sliced = Turns("Saved.", budget=0)  # every slice ends at the first boundary it can
     user, chunks, state = await first_turn(sliced)
-    assert state.status == "awaiting_tool_approval" and state.slices >= 2
+    # A pausing step goes on to its `finish` in the same slice (no slice ends with approvals pending).
+    assert state.status == "awaiting_tool_approval" and state.slices == 1
     whole = Turns("Saved.")
     _, expected, _ = await first_turn(whole)
     assert message_of(chunks) == message_of(expected)
     _, state = await sliced.run(answered(user, chunks, True), "msg_a")
     assert state.status == "finished" and SAVED_NOTES == {"shopping": "milk"}
+    assert state.slices >= 2  # the approved call's step, then the answer
 
 
 def test_rotation_signs_with_the_first_secret_and_verifies_with_any() -> None:

@@ -206,9 +206,12 @@ def test_reads_at_any_start_of_a_10k_log_cost_the_same_few_requests(ddb: Any, s3
         counter.reset()
         got = reader.read("big", start, limit)
         assert got == expected[start : None if limit is None else start + limit]
-        # Queries only, and a handful: never a function of the log's length before ``start``.
-        assert set(counter.counts) == {"Query"} and counter.total <= 2, (start, counter.counts)
-        assert counter.total == 1 or start not in starts, (start, counter.counts)  # boundaries: one
+        # Queries only, and a handful: never a function of the log's length before ``start``. A
+        # cold reader first finds the run's current incarnation at the top of its keys (one
+        # Query, which also serves a start among the last appends); then a start at an append
+        # boundary takes one more, another start two in parallel (the item holding it, the rest).
+        assert set(counter.counts) == {"Query"} and counter.total <= 3, (start, counter.counts)
+        assert counter.total <= 2 or start not in starts, (start, counter.counts)
         reader.close()
 
 

@@ -6,6 +6,8 @@ the slice that ends the turn). :data:`CONTROL` injects trouble into the second s
 
 * ``retryable_crashes``: the model streams part of the step, then raises a ``StorageError``
   (a :class:`~durable_harness.errors.RetryableError`) that many times;
+* ``sandbox_kills``: the model streams part of the step, then Lambda kills the sandbox (a
+  timeout or out of memory; see ``stack.SandboxKilled``) that many times;
 * ``fatal``: the model raises an unexpected exception whose message holds a "secret" that must
   never reach the client;
 * ``gate``: the step waits until the test opens the gate (to cancel a run mid-slice).
@@ -22,12 +24,15 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from durable_harness import Agent, tool
+from durable_harness import Agent, CallOptions, tool
 from durable_harness.errors import StorageError
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
 from pydantic import BaseModel
+
+from .stack import SandboxKilled
 
 SECRET = "hunter2-database-password"
 ANSWER = "Alpha and beta are both in stock."
@@ -38,11 +43,16 @@ class Control:
     """What the next runs should go through (reset by the ``stack`` fixture)."""
 
     retryable_crashes: int = 0
+    sandbox_kills: int = 0
     fatal: bool = False
     gate: threading.Event | None = None
     entered_gate: threading.Event = field(default_factory=threading.Event)
     executions: Counter[str] = field(default_factory=Counter)
     model_calls: Counter[int] = field(default_factory=Counter)
+    aborted: list[list[int]] = field(default_factory=list)
+    """``on_abort`` calls, with the numbers of the steps that had finished."""
+    call_options: list[Any] = field(default_factory=list)
+    """What ``prepare_call`` got as call options, run after run."""
 
 
 CONTROL = Control()
@@ -76,11 +86,17 @@ async def _second_step() -> AsyncIterator[ModelStreamPart]:
             await asyncio.sleep(0.02)
     if CONTROL.fatal:
         raise RuntimeError(f"cannot reach the database with password {SECRET}")
-    if CONTROL.retryable_crashes > 0:
-        CONTROL.retryable_crashes -= 1
+    if CONTROL.retryable_crashes > 0 or CONTROL.sandbox_kills > 0:
+        killed = CONTROL.retryable_crashes == 0
+        if killed:
+            CONTROL.sandbox_kills -= 1
+        else:
+            CONTROL.retryable_crashes -= 1
         for part in parts[:3]:  # some of the step reaches the log before the crash
             yield part
         await asyncio.sleep(0.3)  # past the group-commit interval: those chunks are committed
+        if killed:
+            raise SandboxKilled("the sandbox ran out of time mid-step")
         raise StorageError("simulated throttling while streaming")
     for part in parts:
         yield part
@@ -119,6 +135,20 @@ def build_approval_agent() -> Agent:
     return Agent(model=FunctionModel(_approval_script, model_id="deploy-test"), tools=[remove])
 
 
+class Options(BaseModel):
+    """The call options the deploy agent takes (from a chat body or an event's ``callOptions``)."""
+
+    tone: Literal["plain", "brief"] = "plain"
+
+
+def _prepare_call(options: CallOptions) -> None:
+    CONTROL.call_options.append(options.call_options)
+
+
 def build_agent() -> Agent:
     """The scripted agent of the deploy tests."""
-    return Agent(model=FunctionModel(_script, model_id="deploy-test"), instructions="Be brief.", tools=[lookup])
+    return Agent(
+        model=FunctionModel(_script, model_id="deploy-test"), instructions="Be brief.", tools=[lookup],
+        call_options=Options, prepare_call=_prepare_call,
+        on_abort=lambda steps: CONTROL.aborted.append([s.number for s in steps]),
+    )  # fmt: skip

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import pytest
 
@@ -41,16 +42,25 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")  # no X-Ray daemon here
 
 
-@pytest.fixture
-def stack(aws_environment: None, request: pytest.FixtureRequest) -> Iterator[MotoStack]:
-    """template.yaml in moto (see stack.py); every AWS call made is checked against its IAM policies."""
-    marker = request.node.get_closest_marker("stack_parameters")
-    overrides = {**DEFAULT_OVERRIDES, **(marker.kwargs if marker else {})}
+@contextmanager
+def deployed_stack(
+    overrides: Mapping[str, str] | None = None, secrets: Mapping[str, tuple[str, str]] | None = None
+) -> Iterator[MotoStack]:
+    """template.yaml in moto with these parameters (over :data:`DEFAULT_OVERRIDES`) and secrets;
+    on a clean exit, every AWS call made is checked against the template's IAM policies."""
     agents.reset()
-    secrets = request.node.get_closest_marker("stack_secrets")
-    made = MotoStack(overrides, secrets=secrets.kwargs if secrets else None)
+    made = MotoStack({**DEFAULT_OVERRIDES, **(overrides or {})}, secrets=secrets)
     with made.deployed():
         yield made
         if agents.CONTROL.gate is not None:
             agents.CONTROL.gate.set()  # never leave a slice waiting
         made.check_iam()
+
+
+@pytest.fixture
+def stack(aws_environment: None, request: pytest.FixtureRequest) -> Iterator[MotoStack]:
+    """template.yaml in moto (see stack.py); every AWS call made is checked against its IAM policies."""
+    marker = request.node.get_closest_marker("stack_parameters")
+    secrets = request.node.get_closest_marker("stack_secrets")
+    with deployed_stack(marker.kwargs if marker else None, secrets.kwargs if secrets else None) as made:
+        yield made

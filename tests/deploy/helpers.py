@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
@@ -52,3 +53,21 @@ def wait_until(condition: Any, timeout: float = 20.0, what: str = "condition") -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def lifecycle_listener(stack: MotoStack) -> Callable[[], list[dict[str, Any]]]:
+    """Subscribe an SQS queue to the runs' lifecycle events on the default bus (EventBridge
+    delivers to SQS in moto); returns a function that drains what arrived so far."""
+    sqs, events = stack.client("sqs"), stack.client("events")
+    queue = sqs.create_queue(QueueName="lifecycle")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name="lifecycle", EventPattern=json.dumps({"source": ["durable-harness"]}))
+    events.put_targets(Rule="lifecycle", Targets=[{"Id": "q", "Arn": queue_arn}])
+
+    def received() -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while batch := sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", []):
+            out += [json.loads(m["Body"]) for m in batch]
+        return out
+
+    return received

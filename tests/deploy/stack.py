@@ -8,7 +8,8 @@
   like CloudFormation's), with its environment resolved from ``Globals`` and its own variables;
 * the state machine from the real ``statemachine/run.asl.json`` with its
   ``DefinitionSubstitutions`` resolved (moto applies none);
-* the trigger's EventBridge rule with the template's pattern.
+* the trigger's EventBridge rule with the template's pattern, retry policy and dead-letter queue
+  (an encrypted SQS queue), and the CloudWatch alarm on that queue's depth.
 
 ``LambdaFunction.invoke`` (where every moto path that runs a function ends) is patched to call
 the function's real handler (``CodeUri`` + ``Handler``) in this process, with the function's
@@ -23,10 +24,16 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   (``StateMachineArn``, ``Name``, ``Input``) to boto3 unchanged; moto's base
   ``_normalise_parameters`` is a no-op (LocalStack's converts them), so the call fails with
   ``KeyError: 'StateMachineArn'``. :func:`repair_sfn_start_execution` lower-cases them.
+* a function error whose payload has no ``errorType`` (what Lambda returns for a sandbox it killed:
+  a timeout, out of memory) is named ``Exception`` by moto's interpreter, where Step Functions
+  reports ``Lambda.Unknown`` (Step Functions developer guide, "Handle Lambda service exceptions").
+  :func:`repair_lambda_unknown` names it as AWS does. A handler raising :class:`SandboxKilled`
+  makes the invoke patch answer like such a killed sandbox.
 * no Lambda execution without Docker: the in-process invoke patch above.
 * EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
-  ``send_to_targets``) and ``TestEventPattern`` is not implemented: tests match the sample event
-  against the rule with moto's own ``EventPattern`` and invoke the trigger as EventBridge would.
+  ``send_to_targets``): :mod:`.eventbridge` delivers to them as EventBridge does (retry policy,
+  dead-letter queue). ``TestEventPattern`` is not implemented: tests match the sample event
+  against the rule with moto's own ``EventPattern``, or put it on the bus.
 * a bucket policy denying ``aws:SecureTransport: false`` denies every request in moto (its
   requests count as insecure), so the chunk bucket's TLS-only policy is checked statically instead.
 * the Function URL, the schedule and the layer are not created (no moto support needed for
@@ -56,10 +63,17 @@ from unittest import mock
 import boto3
 import botocore.client
 from moto import mock_aws
+from moto.awslambda.exceptions import LambdaClientError
 from moto.awslambda.models import LambdaFunction
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_sfn
+from moto.secretsmanager.models import secretsmanager_backends
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service_lambda,
+    state_task_service_sfn,
+)
 
 from .cfn import NO_VALUE, ROOT, Resolver, function_properties, load_template
+from .eventbridge import LambdaTargets
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -154,6 +168,32 @@ def repair_sfn_start_execution() -> Any:
     return mock.patch.object(state_task_service_sfn.StateTaskServiceSfn, "_normalise_parameters", normalise)
 
 
+class SandboxKilled(Exception):
+    """Raised by a test agent to stand for Lambda killing the sandbox mid-invocation (a timeout or
+    out of memory): the invoke patch then answers as Lambda does, a function error without an
+    ``errorType``. (A real kill runs no ``finally`` blocks; this exception does. Chunks those blocks
+    flush are committed under the dying slice's epoch, which the next attempt fences off anyway.)"""
+
+
+def repair_lambda_unknown() -> Any:
+    """Patch moto's lambda:invoke integration to name an error without ``errorType`` ``Lambda.Unknown``."""
+    service = state_task_service_lambda.StateTaskServiceLambda
+    original = service._from_error
+
+    def from_error(self: Any, env: Any, ex: Exception) -> Any:
+        if isinstance(ex, lambda_eval_utils.LambdaFunctionErrorException):
+            try:
+                payload = json.loads(ex.payload)
+            except ValueError:
+                payload = {"errorMessage": ex.payload}
+            if not isinstance(payload, dict) or "errorType" not in payload:
+                named = {"errorType": "Lambda.Unknown", "errorMessage": json.dumps(payload)}
+                ex = lambda_eval_utils.LambdaFunctionErrorException(ex.function_error, json.dumps(named))
+        return original(self, env, ex)
+
+    return mock.patch.object(service, "_from_error", from_error)
+
+
 class MotoStack:
     """The template's resources in moto, and the means to drive and inspect them."""
 
@@ -176,6 +216,10 @@ class MotoStack:
         self.invocations: list[Invocation] = []
         self.state_machine_arn = ""
         self.rule_pattern: dict[str, Any] = {}
+        self.lambda_targets = LambdaTargets()
+        self.async_invoke_faults: dict[str, list[str]] = {}
+        """Per function: error codes its next asynchronous invocations fail with (Lambda's answer
+        to the ``Invoke`` call itself, e.g. a throttle), one per invocation."""
         self._suffix = uuid.uuid4().hex[:12].upper()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -188,6 +232,8 @@ class MotoStack:
             mock.patch.object(LambdaFunction, "invoke", lambda fn, *args: self._invoke_in_process(fn, *args)),
             mock.patch.object(botocore.client.BaseClient, "_make_api_call", self._recording_api_call()),
             repair_sfn_start_execution(),
+            repair_lambda_unknown(),
+            self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")
             try:
@@ -277,6 +323,8 @@ class MotoStack:
         # ChunkBucketPolicy (TLS only) is not applied: moto treats its in-process requests as
         # insecure transport, so the deny would refuse every request. test_template checks it.
 
+        self._create_dead_letter_queue()
+
         r.physical["HarnessLayer"] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:{self.stack_name}-harness:1"
         r.physical["RunDataPolicy"] = f"arn:aws:iam::{ACCOUNT}:policy/{self._physical('RunDataPolicy')}"
         for logical_id in ("ChatLogGroup", "SliceLogGroup", "FinalizerLogGroup", "TriggerLogGroup"):
@@ -328,14 +376,39 @@ class MotoStack:
         self.rule_pattern = r.resolve(event["Pattern"])
         events = self.client("events")
         rule_name = self._physical("TriggerFunctionStartRun")
-        events.put_rule(
+        self.rule_arn = events.put_rule(
             Name=rule_name, EventBusName=r.resolve(event["EventBusName"]), EventPattern=json.dumps(self.rule_pattern)
-        )
-        events.put_targets(
-            Rule=rule_name,
-            EventBusName=r.resolve(event["EventBusName"]),
-            Targets=[{"Id": "TriggerFunction", "Arn": self.functions["TriggerFunction"].arn}],
-        )
+        )["RuleArn"]
+        r.attributes[("TriggerFunctionStartRun", "Arn")] = self.rule_arn
+        target = {
+            "Id": "TriggerFunction",
+            "Arn": self.functions["TriggerFunction"].arn,
+            "RetryPolicy": r.resolve(event["RetryPolicy"]),
+            "DeadLetterConfig": r.resolve(event["DeadLetterConfig"]),
+        }
+        events.put_targets(Rule=rule_name, EventBusName=r.resolve(event["EventBusName"]), Targets=[target])
+        policy = r.resolve(resources["StartRunDeadLetterQueuePolicy"]["Properties"]["PolicyDocument"])
+        # Kept for the record: moto enforces no queue policies (test_template checks this one).
+        queue_policy = {"Policy": json.dumps(policy)}
+        self.client("sqs").set_queue_attributes(QueueUrl=self.dead_letter_queue_url, Attributes=queue_policy)
+
+    def _create_dead_letter_queue(self) -> None:
+        """The dead-letter queue of undeliverable starts, and the alarm on its depth."""
+        r, resources = self.resolver, self.template["Resources"]
+        props = r.resolve(resources["StartRunDeadLetterQueue"]["Properties"])
+        sqs = self.client("sqs")
+        name = self._physical("StartRunDeadLetterQueue")
+        attributes = {"SqsManagedSseEnabled": str(props["SqsManagedSseEnabled"]).lower(),
+                      "MessageRetentionPeriod": str(props["MessageRetentionPeriod"])}  # fmt: skip
+        self.dead_letter_queue_url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=self.dead_letter_queue_url, AttributeNames=["QueueArn"])
+        r.physical["StartRunDeadLetterQueue"] = self.dead_letter_queue_url
+        r.attributes[("StartRunDeadLetterQueue", "Arn")] = arn["Attributes"]["QueueArn"]
+        r.attributes[("StartRunDeadLetterQueue", "QueueName")] = name
+        alarm = r.resolve(resources["StartRunDeadLetterAlarm"]["Properties"])
+        alarm_name = self._physical("StartRunDeadLetterAlarm")
+        self.client("cloudwatch").put_metric_alarm(AlarmName=alarm_name, **alarm)
+        r.physical["StartRunDeadLetterAlarm"] = alarm_name
 
     # --- invoking the real handlers --------------------------------------------------------------
 
@@ -343,6 +416,10 @@ class MotoStack:
         self, fn_model: LambdaFunction, body: Any, request_headers: Any, response_headers: Any
     ) -> bytes:
         fn = self.by_name[fn_model.function_name]
+        faults = self.async_invoke_faults.get(fn.logical_id)
+        if faults and str(request_headers.get("x-amz-invocation-type")) == "Event":
+            code = faults.pop(0)  # Lambda refused the invocation itself: the handler never runs
+            raise LambdaClientError(code, f"simulated {code} from Lambda's Invoke API")
         event = json.loads(body) if body else {}
         context = FakeLambdaContext(
             function_name=fn.name, invoked_function_arn=fn.arn, timeout_s=fn.timeout, memory_limit_in_mb=fn.memory
@@ -354,6 +431,11 @@ class MotoStack:
             try:
                 invocation.result = fn.load_handler()(event, context)
                 return json.dumps(invocation.result).encode()
+            except SandboxKilled:  # what Lambda answers for a sandbox it killed: no errorType
+                invocation.error = "SandboxKilled"
+                response_headers["x-amz-function-error"] = "Unhandled"
+                timed_out = f"{context.aws_request_id} Error: Task timed out after {fn.timeout}.00 seconds"
+                return json.dumps({"errorMessage": timed_out}).encode()
             except Exception as exc:  # the managed runtime's error envelope
                 invocation.error = type(exc).__name__
                 response_headers["x-amz-function-error"] = "Unhandled"
@@ -392,6 +474,11 @@ class MotoStack:
         with _invoke_lock, mock.patch.dict(os.environ, fn.env):
             yield fn.env
 
+    def secret_arn(self, secret_id: str) -> str:
+        """The full ARN IAM authorizes a request on ``secret_id`` (a name, partial or full ARN) against."""
+        secret = secretsmanager_backends[ACCOUNT][REGION].secrets.get(secret_id)
+        return str(secret.arn) if secret is not None else secret_id
+
     def functions_by_name_arn(self, name: str) -> str:
         """The ARN of a function given its name."""
         return self.by_name[name].arn if name in self.by_name else f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
@@ -409,7 +496,8 @@ class MotoStack:
         """Wait until ``count`` executions of the run exist and none is running; they, in order."""
         deadline = time.monotonic() + timeout
         while True:
-            mine = [e for e in self.executions() if e["name"] == run_id or e["name"].startswith(f"{run_id}-c")]
+            # Named <run>-<incarnation>[-c<generation>] (or <run>[-c<generation>] without an incarnation).
+            mine = [e for e in self.executions() if e["name"] == run_id or e["name"].startswith(f"{run_id}-")]
             if len(mine) >= count and all(e["status"] != "RUNNING" for e in mine):
                 return mine
             if time.monotonic() > deadline:
@@ -536,6 +624,16 @@ def iam_request(
     action = s3_actions.get(operation, f"{prefix}:{operation}")
     if prefix == "lambda" and operation == "Invoke":
         action = "lambda:InvokeFunction"
+    if prefix == "dynamodb" and operation == "TransactWriteItems":
+        # Authorized as the actions it contains, on their tables (DynamoDB developer guide,
+        # "Using IAM with DynamoDB transactions"; a ConditionCheck needs dynamodb:ConditionCheckItem).
+        kinds = {
+            "Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"
+        }  # fmt: skip
+        items = [next(iter(entry.items())) for entry in params.get("TransactItems", [])]
+        actions = sorted({f"dynamodb:{kinds[kind]}" for kind, _ in items})
+        tables = sorted({f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{op['TableName']}" for _, op in items})
+        return actions, tables
     if prefix == "dynamodb":
         resource = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{params.get('TableName', '*')}"
         return [action], [resource]
@@ -556,5 +654,5 @@ def iam_request(
         fn = name if name.startswith("arn:") else stack.functions_by_name_arn(name)
         return [action], [fn]
     if prefix == "secretsmanager":
-        return [action], [str(params.get("SecretId", "*"))]
+        return [action], [stack.secret_arn(str(params.get("SecretId", "*")))]
     return [action], ["*"]

@@ -17,7 +17,7 @@ from durable_harness.protocol.assemble import assemble_ui_message
 
 from . import agents
 from .chat import call, load_chat_app, sample_event, with_path
-from .helpers import log_of, start_run, state_of, types, wait_until
+from .helpers import lifecycle_listener, log_of, runtime_of, start_run, state_of, types, wait_until
 from .stack import MotoStack
 
 
@@ -74,6 +74,29 @@ def test_a_crashed_slice_is_retried_and_redoes_only_its_step(stack: MotoStack) -
     assert state_of(stack, run_id).status == "finished"
 
 
+def test_a_slice_killed_by_lambda_is_retried_as_lambda_unknown_and_resumes_with_reset_step(stack: MotoStack) -> None:
+    # Simulated: the slice streams part of step 2 and then its sandbox is killed (a timeout or out
+    # of memory). Lambda answers such an invocation with a function error that has no errorType,
+    # which Step Functions reports as Lambda.Unknown (moto names it so after repair_lambda_unknown).
+    agents.CONTROL.sandbox_kills = 2
+    run_id = start_run(stack)
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    failed = [e for e in stack.history(execution["executionArn"]) if e["type"] == "TaskFailed"]
+    assert [e["taskFailedEventDetails"]["error"] for e in failed] == ["Lambda.Unknown", "Lambda.Unknown"]
+    slices = stack.calls_of("SliceFunction", run_id)
+    assert [s.error for s in slices].count("SandboxKilled") == 2
+    assert [s.event["attempt"] for s in slices if s.event["attempt"]] == [1, 2]  # the retries of one task
+    chunks = log_of(stack, run_id)
+    # Each killed attempt had committed part of step 2: each retry tells the client to drop it.
+    assert types(chunks).count("reset-step") == 2
+    assert_complete_turn(chunks)
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}  # no tool ran twice
+    assert agents.CONTROL.model_calls[1] == 3 and agents.CONTROL.model_calls[0] == 1
+    assert state_of(stack, run_id).status == "finished"
+    assert not stack.calls_of("FinalizerFunction")
+
+
 def test_a_fatal_error_ends_in_the_finalizer_with_error_and_finish(stack: MotoStack) -> None:
     agents.CONTROL.fatal = True
     run_id = start_run(stack)
@@ -100,24 +123,29 @@ def test_a_fatal_error_ends_in_the_finalizer_with_error_and_finish(stack: MotoSt
 def test_a_long_run_continues_as_new_with_the_same_run_id(stack: MotoStack) -> None:
     run_id = start_run(stack)
     executions = stack.wait_for_executions(run_id, count=2)
-    assert [(e["name"], e["status"]) for e in executions] == [(run_id, "SUCCEEDED"), (f"{run_id}-c1", "SUCCEEDED")]
+    inc = runtime_of(stack).store.incarnation(run_id)
+    assert inc is not None
+    first, second = f"{run_id}-{inc}", f"{run_id}-{inc}-c1"
+    assert [(e["name"], e["status"]) for e in executions] == [(first, "SUCCEEDED"), (second, "SUCCEEDED")]
     # The names the orchestrator derives (to cancel every generation) are the ones the ASL makes.
-    assert [e["name"] for e in executions] == [execution_name(run_id, 0), execution_name(run_id, 1)]
+    assert [e["name"] for e in executions] == [execution_name(run_id, 0, inc), execution_name(run_id, 1, inc)]
     continued = json.loads(executions[1]["input"])
     assert continued["runId"] == run_id and continued["generation"] == 1 and continued["sliceLimit"] == 4
+    assert continued["base"] == first
     assert continued["AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID"] == executions[0]["executionArn"]
     slices = stack.calls_of("SliceFunction", run_id)
     assert [(s.event["generation"], s.event["execution"]) for s in slices] == [
-        (0, run_id),
-        (0, run_id),
-        (1, f"{run_id}-c1"),
-        (1, f"{run_id}-c1"),
+        (0, first),
+        (0, first),
+        (1, second),
+        (1, second),
     ]
     assert_complete_turn(log_of(stack, run_id))
     assert state_of(stack, run_id).slices == 4
 
 
 async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoStack) -> None:
+    listen = lifecycle_listener(stack)
     with stack.function_env("ChatFunction"):
         app = load_chat_app()
     agents.CONTROL.gate = gate = threading.Event()
@@ -140,6 +168,12 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     assert types(chunks).count("finish") == 1
     assert state_of(stack, run_id).status == "cancelled"
     assert agents.CONTROL.executions == {"alpha": 1}  # beta's tool call never ran
+    # on_abort ran once, in the chat function that ended the run, with the step that had finished;
+    # the fenced slice did not call it again.
+    assert agents.CONTROL.aborted == [[0]]
+    # The chat function announced the cancel on the bus (the slice had announced the start).
+    announced = [(e["detail-type"], e["detail"]["runId"], e["detail"]["status"]) for e in listen()]
+    assert announced == [("Run Started", run_id, "ready_for_next_step"), ("Run Cancelled", run_id, "cancelled")]
 
 
 @pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
@@ -159,3 +193,20 @@ def test_a_run_that_needs_approval_pauses_with_a_request_signed_by_the_secret(st
     )
     assert "s3cr3t" not in json.dumps(chunks)
     assert agents.CONTROL.executions == {}  # nothing runs before the user answers
+
+
+@pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
+async def test_cancelling_a_run_paused_for_approval_announces_run_cancelled(stack: MotoStack) -> None:
+    listen = lifecycle_listener(stack)
+    run_id = start_run(stack, "Remove gamma.")
+    stack.wait_for_executions(run_id)
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    cancel = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/cancel")
+    cancel["body"] = ""
+    response = await call(app, cancel)
+    assert response.status == 200 and response.json()["status"] == "cancelled"
+    kinds = [(e["detail-type"], e["detail"]["status"]) for e in listen()]
+    assert kinds[-1] == ("Run Cancelled", "cancelled") and ("Run Awaiting Approval", "awaiting_tool_approval") in kinds
+    assert (await call(app, cancel)).status == 409  # cancelled once; nothing announced again
+    assert listen() == []

@@ -46,7 +46,7 @@ def test_functions_share_one_runtime_architecture_and_layer() -> None:
     assert layer["Properties"]["ContentUri"] == "layers/harness/"
     assert layer["Properties"]["CompatibleRuntimes"] == ["python3.12"]
     assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
-    assert layer["Metadata"] == {"BuildMethod": "python3.12", "BuildArchitecture": "arm64"}
+    assert layer["Metadata"] == {"BuildMethod": "makefile", "BuildArchitecture": "arm64"}  # layers/harness/Makefile
     env = function["Environment"]["Variables"]
     for name in ("RUNS_TABLE", "CHUNK_BUCKET", "EVENT_BUS_NAME", "MODEL_ID", "RUN_TTL_DAYS", "STATE_MACHINE_ARN"):
         assert name in env
@@ -77,6 +77,26 @@ def test_the_layer_installs_every_runtime_dependency() -> None:
     layer = [line for line in lines if line.strip() and not line.startswith("#")]
     assert names(pyproject["project"]["dependencies"]) <= names(layer)
     assert any(line.startswith("aws-lambda-powertools[tracer]") for line in layer)  # Tracer needs the X-Ray SDK
+
+
+FIRST_BOTOCORE_WITH_PUT_OBJECT_IF_MATCH = (1, 35, 69)
+"""botocore's S3 model gained PutObject's IfNoneMatch in 1.35.2 and its IfMatch in 1.35.69 (read
+from the model files of the botocore repository's release tags); the chunk log uses both."""
+
+
+def test_the_sdk_floor_has_the_conditional_writes_the_chunk_log_uses() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    layer = (ROOT / "layers" / "harness" / "requirements.txt").read_text().splitlines()
+    for source, requirements in (("pyproject.toml", pyproject["project"]["dependencies"]), ("layer", layer)):
+        for package in ("boto3", "botocore"):
+            [floor] = [r for r in requirements if re.match(rf"{package}\s*>=", r)]
+            version = tuple(int(x) for x in floor.split(">=")[1].split(",")[0].strip().split("."))
+            assert version >= FIRST_BOTOCORE_WITH_PUT_OBJECT_IF_MATCH, (source, floor)
+    # And the installed SDK (at or above the floor) does send them.
+    import botocore.session
+
+    members = botocore.session.get_session().get_service_model("s3").operation_model("PutObject").input_shape.members
+    assert {"IfNoneMatch", "IfMatch"} <= set(members)
 
 
 def test_the_chat_function_streams_through_the_lambda_web_adapter() -> None:
@@ -111,6 +131,16 @@ def test_auth_mode_sets_the_url_auth_type_and_its_public_permissions(mode: str, 
     permissions = ["ChatFunctionUrlPublicAccess", "ChatFunctionUrlInvokeAccess"]
     assert [r.exists(p) for p in permissions] == [public, public]
     assert RESOURCES["ChatFunctionUrlInvokeAccess"]["Properties"]["InvokedViaFunctionUrl"] is True
+
+
+@pytest.mark.parametrize("choice", ["caller", "role"])
+def test_iam_principal_reaches_the_chat_function_as_a_value_its_authenticator_takes(choice: str) -> None:
+    from durable_harness.server.auth import IamAuth, authenticator_from_env
+
+    assert TEMPLATE["Parameters"]["IamPrincipal"]["AllowedValues"] == ["caller", "role"]
+    env = resolved({"IamPrincipal": choice}).resolve(function_properties(TEMPLATE, "ChatFunction")["Environment"])
+    authenticator = authenticator_from_env({**env["Variables"], "AUTH_MODE": "iam"})
+    assert isinstance(authenticator, IamAuth) and authenticator.by_role is (choice == "role")
 
 
 def test_token_mode_needs_tokens() -> None:
@@ -190,6 +220,9 @@ def test_the_slice_task_retries_the_slice_functions_retryable_error_and_catches_
     assert error_class in retried
     assert {"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException"} <= retried
     assert {"Lambda.TooManyRequestsException", "Sandbox.Timedout", "States.Timeout"} <= retried
+    # Lambda reports a timed-out or out-of-memory invocation as Lambda.Unknown: redo it from the checkpoint.
+    assert "Lambda.Unknown" in retried
+    assert all(retry["MaxAttempts"] <= 6 and retry["BackoffRate"] >= 2 for retry in task["Retry"])  # bounded
     assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Finalize"}]
     assert set(task["ResultSelector"]) == {"status.$", "slices.$"}  # only the small result travels
 
@@ -232,6 +265,35 @@ def test_the_optional_schedule_exists_only_with_an_expression() -> None:
     event = json.loads(r.resolve(RESOURCES["StartRunSchedule"]["Properties"]["Target"]["Input"]))
     request = parse_start_run_event(event, source="durable-harness.schedule")
     assert request.messages[0].parts[0].text == "Summarize the day"  # type: ignore[union-attr]
+
+
+def test_undeliverable_starts_go_to_an_encrypted_dead_letter_queue_with_an_alarm() -> None:
+    rule = RESOURCES["TriggerFunction"]["Properties"]["Events"]["StartRun"]["Properties"]
+    schedule = RESOURCES["StartRunSchedule"]["Properties"]["Target"]
+    dead_letter = {"Arn": {"Fn::GetAtt": ["StartRunDeadLetterQueue", "Arn"]}}
+    for target in (rule, schedule):
+        assert target["DeadLetterConfig"] == dead_letter
+        assert target["RetryPolicy"] == {"MaximumRetryAttempts": 4, "MaximumEventAgeInSeconds": 3600}
+    queue = RESOURCES["StartRunDeadLetterQueue"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True and queue["MessageRetentionPeriod"] == 14 * 86400
+    # Only the rule may send to it (as EventBridge), and only over TLS.
+    allow, deny = RESOURCES["StartRunDeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert (allow["Principal"], allow["Action"]) == ({"Service": "events.amazonaws.com"}, "sqs:SendMessage")
+    assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["TriggerFunctionStartRun", "Arn"]}}}
+    assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
+    # The schedule sends its dead letters with its own role.
+    role = RESOURCES["StartRunScheduleRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    assert {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": dead_letter["Arn"]} in role
+    alarm = RESOURCES["StartRunDeadLetterAlarm"]["Properties"]
+    queue_name = {"Fn::GetAtt": ["StartRunDeadLetterQueue", "QueueName"]}
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": queue_name}]
+    assert resolved().resolve({"AlarmActions": alarm["AlarmActions"]}) == {}  # no topic: no action
+    topic = "arn:aws:sns:us-east-1:123456789012:ops"
+    assert resolved({"AlarmTopicArn": topic}).resolve(alarm["AlarmActions"]) == [topic]
+    outputs = TEMPLATE["Outputs"]
+    assert outputs["StartRunDeadLetterQueueUrl"]["Value"] == {"Ref": "StartRunDeadLetterQueue"}
+    assert outputs["StartRunDeadLetterQueueArn"]["Value"] == dead_letter["Arn"]
+    assert outputs["StartRunDeadLetterAlarmName"]["Value"] == {"Ref": "StartRunDeadLetterAlarm"}
 
 
 def test_samconfig_deploys_the_template_parameters() -> None:

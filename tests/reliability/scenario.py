@@ -25,6 +25,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -100,7 +101,9 @@ class Gate:
             self._open = True
             waiters, self._waiters = self._waiters, []
         for loop, event in waiters:
-            loop.call_soon_threadsafe(event.set)
+            if not loop.is_closed():  # a slice that was fenced off and ended waits for nothing
+                with suppress(RuntimeError):  # ... and its loop may close between check and call
+                    loop.call_soon_threadsafe(event.set)
 
     async def wait(self, timeout: float = 10.0) -> None:
         with self._lock:

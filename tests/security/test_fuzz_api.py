@@ -450,6 +450,11 @@ def expected(target: Target, req: Request) -> set[int]:
         if method != "GET":
             return {405}
         return {"malformed": {400}, "absent": {404}}.get(run(segments[2]), {200})
+    if len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "result":
+        if method != "GET":
+            return {405}
+        # every sampled run ended or paused: a result (409 is for a run still going)
+        return {"malformed": {400}, "absent": {404}}.get(run(segments[2]), {200})
     if len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "cancel":
         if method != "POST":
             return {405}
@@ -473,7 +478,7 @@ ERROR_CODES = {
     400: {"bad_request", "invalid_json", "invalid_messages", "system_message_not_allowed", "unknown_approval",
           "invalid_start_index", "invalid_run_id", "missing_approval", "invalid_path"},
     401: {"unauthorized"}, 404: {"not_found", "run_not_found"}, 405: {"method_not_allowed"},
-    409: {"run_ended", "not_paused", "already_answered", "conflict"}, 413: {"body_too_large"},
+    409: {"run_ended", "not_paused", "already_answered", "conflict", "run_in_progress"}, 413: {"body_too_large"},
 }  # fmt: skip
 
 

@@ -88,7 +88,6 @@ TAMPERED: dict[str, dict[str, Any]] = {
     "signature of another call id": {
         "signature": sign_tool_approval(APPROVAL_SECRET, "approval-call_x", "call_x", "save_note", INPUT)
     },
-    "call and approval ids renamed together": {"toolCallId": "call_x", "approval_id": "approval-call_x"},
 }
 
 
@@ -111,6 +110,9 @@ def test_an_answer_naming_an_approval_never_issued_is_a_400(alice: DemoChat, cha
     for approval_id in ("approval-forged", "approval-call_demo_1", APPROVAL + " ", CALL, ""):
         response = alice.post(paused.answered(True, approval_id=approval_id), paused.chat_id)
         assert assert_error_response(response, 400)["code"] == "unknown_approval"
+    # The paused run's requests decide, not the id's shape: a call renamed with its approval id too.
+    renamed = paused.answered(True, toolCallId="call_x", approval_id="approval-call_x")
+    assert assert_error_response(alice.post(renamed, paused.chat_id), 400)["code"] == "unknown_approval"
     assert executions() == []
     approve_untampered(alice, paused)
 

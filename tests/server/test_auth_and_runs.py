@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,8 @@ import httpx
 import pytest
 from durable_harness import ApprovalSecret
 from durable_harness.demo import SAVED_NOTES, build_demo_agent
-from durable_harness.server.auth import TokenAuth, authenticator_from_env, parse_token_hashes
+from durable_harness.errors import StorageError
+from durable_harness.server.auth import IamAuth, TokenAuth, authenticator_from_env, parse_token_hashes
 from durable_harness.server.local import LocalKit, build_local_kit
 
 from tests.support import parse_sse_body, serve, user_message
@@ -91,6 +95,13 @@ def test_status_of_a_finished_run(url: str) -> None:
 
 def test_cancel_a_live_run(tmp_path: Path) -> None:
     kit = build_local_kit(build_demo_agent(delay=0.05), tmp_path / "slow")
+    announced: list[tuple[str, str, str]] = []
+
+    def announce(state: Any, kind: str) -> None:  # deployed: EventPublisher.publish
+        announced.append((state.run_id, state.status, kind))
+        raise StorageError("the bus is unavailable")  # best effort: the cancel stands anyway
+
+    kit.service.announce = announce
     with (
         serve(kit.app) as url,
         httpx.stream(
@@ -109,6 +120,7 @@ def test_cancel_a_live_run(tmp_path: Path) -> None:
     assert [c["type"] for c in chunks].count("finish") == 1
     assert rest.endswith(b"data: [DONE]\n\n")
     assert again.status_code == 409 and again.json()["error"]["code"] == "run_ended"
+    assert announced == [(run_id, "cancelled", "Run Cancelled")]  # once: not for the 409
 
 
 def test_approvals_of_a_run_without_a_chat_client(url: str) -> None:
@@ -141,6 +153,10 @@ def test_approvals_of_a_run_without_a_chat_client(url: str) -> None:
 def test_openapi_document(url: str) -> None:
     document = httpx.get(f"{url}/openapi.json").json()
     assert document["openapi"].startswith("3.1") and "/api/runs/{runId}/approvals" in document["paths"]
+    result = document["paths"]["/api/runs/{runId}/result"]["get"]["responses"]["200"]
+    assert {"text", "steps", "responseMessages", "totalUsage"} <= set(
+        result["content"]["application/json"]["schema"]["required"]
+    )
 
 
 def test_a_paused_run_can_be_cancelled_and_then_not_answered(url: str) -> None:
@@ -154,3 +170,76 @@ def test_a_paused_run_can_be_cancelled_and_then_not_answered(url: str) -> None:
     answer = {"approvals": [{"approvalId": "approval-call_demo_0", "approved": True}]}
     response = httpx.post(f"{url}/api/runs/{paused}/approvals", json=answer, headers=auth(ALICE))
     assert response.status_code == 409 and response.json()["error"]["code"] == "not_paused"
+
+
+# --- iam mode ------------------------------------------------------------------------------------
+
+
+def iam_context(**iam: Any) -> dict[str, str]:
+    """The header the Lambda Web Adapter forwards for a SigV4-signed Function URL request."""
+    return {"x-amzn-request-context": json.dumps({"authorizer": {"iam": iam}})}
+
+
+def test_the_local_server_refuses_iam_mode_unless_a_test_allows_it(tmp_path: Path) -> None:
+    # The real CLI: it exits before serving, and says why.
+    env = {**os.environ, "AUTH_MODE": "iam"}
+    for name in ("AUTH_IAM_ALLOW_LOCAL", "AGENT"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "durable_harness", "serve", "--data-dir", str(tmp_path), "--port", "1"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "AUTH_MODE=iam" in done.stderr and "Function URL" in done.stderr
+    # The chat function's local branch (no RUNS_TABLE) refuses it too; the deployed one does not.
+    with pytest.raises(ValueError, match="AUTH_IAM_ALLOW_LOCAL"):
+        authenticator_from_env({"AUTH_MODE": "iam"}, default_mode="none", local=True)
+    assert isinstance(authenticator_from_env({"AUTH_MODE": "iam"}), IamAuth)
+    allowed = {"AUTH_MODE": "iam", "AUTH_IAM_ALLOW_LOCAL": "1"}
+    assert isinstance(authenticator_from_env(allowed, default_mode="none", local=True), IamAuth)
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        '{"authorizer":{"iam":[1]}}',
+        '{"authorizer":{"iam":"arn:aws:iam::1:user/x"}}',
+        '{"authorizer":[{"iam":{}}]}',
+        '{"authorizer":5}',
+        "[1]",
+        '"text"',
+        "null",
+        '{"authorizer":{"iam":{"userArn":5}}}',
+        '{"authorizer":{"iam":{"userArn":["a"],"callerId":{"x":1}}}}',
+        '{"authorizer":{"iam":{"userArn":"  "}}}',
+    ],
+)
+def test_a_malformed_request_context_is_401_not_500(tmp_path: Path, context: str) -> None:
+    kit = build_local_kit(build_demo_agent(delay=0), tmp_path / "data", authenticator=IamAuth())
+    with serve(kit.app) as base:
+        body = json.dumps({"messages": [user_message("hi")]})
+        response = httpx.post(f"{base}/api/chat", content=body, headers={"x-amzn-request-context": context})
+    assert response.status_code == 401, response.text
+    assert response.json()["error"]["code"] == "unauthorized"
+
+
+def test_assumed_role_sessions_are_principals_unless_keyed_by_role(tmp_path: Path) -> None:
+    role = "arn:aws:sts::111122223333:assumed-role/Analysts"
+    session_a, session_b = iam_context(userArn=f"{role}/alice"), iam_context(userArn=f"{role}/bob")
+    other_role = iam_context(userArn="arn:aws:sts::111122223333:assumed-role/Admins/alice")
+    for principal, b_sees_a in (("caller", False), ("role", True)):
+        auth = authenticator_from_env({"AUTH_MODE": "iam", "AUTH_IAM_PRINCIPAL": principal})
+        kit = build_local_kit(build_demo_agent(delay=0), tmp_path / principal, authenticator=auth)
+        with serve(kit.app) as base:
+            body = json.dumps({"messages": [user_message("hi")]})
+            run_id = httpx.post(f"{base}/api/chat", content=body, headers=session_a).headers["x-workflow-run-id"]
+            assert httpx.get(f"{base}/api/runs/{run_id}", headers=session_a).status_code == 200
+            assert httpx.get(f"{base}/api/runs/{run_id}", headers=session_b).status_code == (200 if b_sees_a else 404)
+            assert httpx.get(f"{base}/api/runs/{run_id}", headers=other_role).status_code == 404
+        expected = role if principal == "role" else f"{role}/alice"
+        assert kit.runner.load(run_id).principal == expected
+    # A caller id of an assumed role is "<role id>:<session>"; keyed by role, the session goes.
+    assert IamAuth("role").authenticate(iam_context(callerId="AROAEXAMPLE:alice")) == "AROAEXAMPLE"
+    assert IamAuth().authenticate(iam_context(callerId="AROAEXAMPLE:alice")) == "AROAEXAMPLE:alice"
+    user = "arn:aws:iam::111122223333:user/alice"
+    assert IamAuth("role").authenticate(iam_context(userArn=user)) == user  # not a role: unchanged
+    with pytest.raises(ValueError, match="AUTH_IAM_PRINCIPAL"):
+        authenticator_from_env({"AUTH_MODE": "iam", "AUTH_IAM_PRINCIPAL": "session"})

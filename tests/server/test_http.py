@@ -64,6 +64,7 @@ def test_get_replays_from_any_index_and_from_the_tail(base_url: str) -> None:
         get = httpx.get(f"{base_url}/api/chat/{run_id}/stream", params={"startIndex": start}, timeout=10)
         assert get.status_code == 200
         assert get.headers["x-workflow-stream-tail-index"] == str(count - 1)
+        assert get.headers["x-workflow-run-id"] == run_id  # as the seed's GET handler sends it
         assert parse_sse_body(get.content) == chunks[start:]
     get = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex=-3", timeout=10)
     assert parse_sse_body(get.content) == chunks[-3:]
@@ -144,6 +145,44 @@ def test_stream_errors(base_url: str) -> None:
     assert response.status_code == 400
     assert httpx.get(f"{base_url}/api/nothing").status_code == 404
     assert httpx.get(f"{base_url}/api/chat").status_code == 405
+
+
+@pytest.mark.parametrize("bad", ["1_0", "+3", "\u0661\u0662", " 7", "7 ", "0x1", "--1", "1e2", "9" * 19])
+def test_start_index_is_an_ascii_integer_only(base_url: str, bad: str) -> None:
+    run_id = post_chat(base_url, {"messages": [WEATHER]}).headers["x-workflow-run-id"]
+    # int() takes "1_0", "+3", surrounding spaces and Arabic-Indic digits; the API does not.
+    response = httpx.get(f"{base_url}/api/chat/{run_id}/stream", params={"startIndex": bad}, timeout=10)
+    assert response.status_code == 400, bad
+    error = response.json()["error"]
+    assert error["code"] == "invalid_start_index" and "ASCII digits" in error["message"]
+    assert httpx.get(f"{base_url}/api/chat/{run_id}/stream", params={"startIndex": "-2"}, timeout=10).status_code == 200
+
+
+def test_a_post_ending_with_a_plain_assistant_message_is_refused(base_url: str, kit: LocalKit) -> None:
+    assistant = {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "It is sunny."}]}
+    response = post_chat(base_url, {"messages": [WEATHER, assistant]})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid_last_message" and "approval" in error["message"]
+    assert kit.store.list_runs() == []  # no run was created
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_anywhere_in_a_body_are_refused(base_url: str, constant: str) -> None:
+    text = json.dumps({"messages": [WEATHER]})
+    for body in (
+        text[:-1] + f', "x": {constant}}}',  # at the top level
+        text.replace('"text": "What', f'"n": [{constant}], "text": "What'),  # deep inside a message part
+    ):
+        response = post_chat(base_url, body)
+        assert response.status_code == 400, body
+        error = response.json()["error"]
+        assert error["code"] == "invalid_json" and constant.lstrip("-") in error["message"]
+    # The run API's body too.
+    response = httpx.post(
+        f"{base_url}/api/runs/wrun_{'0' * 26}/approvals", content=f'{{"approvals": [{constant}]}}', timeout=10
+    )
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
 
 
 def test_a_retried_post_gets_the_run_it_already_started(base_url: str, kit: LocalKit) -> None:

@@ -8,6 +8,8 @@ Define an agent with :class:`Agent` (the tool-loop agent) and :func:`tool`.
 
 from .agent.control import CallOptions, Timeouts, has_tool_call, step_count_is
 from .agent.loop import DEFAULT_MAX_STEPS, ToolLoopAgent
+from .agent.output import Output
+from .agent.results import TurnResult
 from .agent.tools import Tool, ToolContext, tool
 from .approvals import ApprovalSecret
 
@@ -21,10 +23,12 @@ __all__ = [
     "Agent",
     "ApprovalSecret",
     "CallOptions",
+    "Output",
     "Timeouts",
     "Tool",
     "ToolContext",
     "ToolLoopAgent",
+    "TurnResult",
     "has_tool_call",
     "step_count_is",
     "tool",

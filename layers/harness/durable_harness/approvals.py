@@ -5,8 +5,9 @@ tool call id, the tool name and a digest of the input. The user's answer comes b
 signature; only a valid signature lets the tool run, so a client can never approve something the
 server did not ask.
 
-The secret comes from an environment variable or from AWS Secrets Manager (through Powertools
-Parameters, cached). It is never logged, stored in run state, written to chunks or put in errors.
+The secret comes from an environment variable or from AWS Secrets Manager (read by
+:mod:`.secretsmanager`: Powertools Parameters, cached). It is never logged, stored in run state,
+written to chunks or put in errors.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import json
 import os
 from collections.abc import Callable
 from typing import Any
+
+from .secretsmanager import DEFAULT_MAX_AGE, read_secret
 
 SIGNATURE_VERSION = "ai-sdk-tool-approval-v1"
 DEFAULT_SECRET_ENV = "TOOL_APPROVAL_SECRET"
@@ -94,7 +97,7 @@ class ApprovalSecret:
         *,
         env_var: str | None = DEFAULT_SECRET_ENV,
         secret_id: str | None = None,
-        max_age: int = 300,
+        max_age: int = DEFAULT_MAX_AGE,
         loader: Callable[[], str | None] | None = None,
     ) -> None:
         self.env_var = env_var
@@ -117,10 +120,7 @@ class ApprovalSecret:
             return self._loader()
         secret_id = self.secret_id or (os.environ.get(DEFAULT_SECRET_ARN_ENV) if self.env_var else None)
         if secret_id:
-            from aws_lambda_powertools.utilities.parameters import get_secret
-
-            value = get_secret(secret_id, max_age=self.max_age)
-            return value.decode() if isinstance(value, bytes) else str(value)
+            return read_secret(secret_id, max_age=self.max_age)
         if self.env_var:
             return os.environ.get(self.env_var) or None
         return None

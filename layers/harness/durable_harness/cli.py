@@ -11,17 +11,17 @@ import logging
 import os
 import secrets
 import sys
-from pathlib import Path
 from typing import Any
 
-from .agent.protocol import HarnessWorkflowAgent
 from .approvals import DEFAULT_SECRET_ENV
+from .harness.interface import Harness
 
 DEFAULT_AGENT = "my_agent:build_agent"
 
 
-def load_agent(spec: str, **kwargs: Any) -> HarnessWorkflowAgent:
-    """The agent named by ``"module:attribute"`` (called if it is a factory)."""
+def load_agent(spec: str, **kwargs: Any) -> Harness:
+    """The agent (any :class:`~durable_harness.harness.Harness`) named by ``"module:attribute"``,
+    called first if it is a factory."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"--agent must look like 'package.module:name', got {spec!r}")
@@ -29,9 +29,12 @@ def load_agent(spec: str, **kwargs: Any) -> HarnessWorkflowAgent:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"cannot load agent {spec!r}: {exc}") from exc
-    agent = target(**kwargs) if callable(target) and not hasattr(target, "stream") else target
-    if not isinstance(agent, HarnessWorkflowAgent):
-        raise SystemExit(f"{spec!r} is not an agent (it needs stream, continue_stream, create_session, ...)")
+    agent = target if isinstance(target, Harness) or not callable(target) else target(**kwargs)
+    if not isinstance(agent, Harness):
+        raise SystemExit(
+            f"{spec!r} is not an agent: it must be (or build) a durable_harness.harness.Harness "
+            f"(an Agent, a ProcessHarness, a PydanticAIHarness, ...), got {type(agent).__name__}"
+        )
     return agent
 
 
@@ -39,8 +42,9 @@ def _local_approval_secret(data_dir: str) -> None:
     """Sign approvals locally too: a secret kept in the data folder (mode 0600), stable across restarts."""
     if os.environ.get(DEFAULT_SECRET_ENV):
         return
-    path = Path(data_dir) / "approval-secret"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from .storage._private import make_private_dirs
+
+    path = make_private_dirs(data_dir) / "approval-secret"
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
@@ -51,14 +55,20 @@ def _local_approval_secret(data_dir: str) -> None:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from .agent.pool import tool_threads
+    from .errors import AgentConfigError
     from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
 
+    try:
+        tool_threads()  # a bad TOOL_THREADS fails here, not at the first tool call
+    except AgentConfigError as exc:
+        raise SystemExit(str(exc)) from None
     extra = {"delay": args.demo_delay} if args.agent == DEFAULT_AGENT else {}
     _local_approval_secret(args.data_dir)
     agent = load_agent(args.agent, **extra)
     try:
-        authenticator = authenticator_from_env(os.environ, default_mode="none")
+        authenticator = authenticator_from_env(os.environ, default_mode="none", local=True)
     except ValueError as exc:
         raise SystemExit(f"authentication: {exc}") from None
     kit = build_local_kit(agent, args.data_dir, slice_seconds=args.slice_seconds, authenticator=authenticator)

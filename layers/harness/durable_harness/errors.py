@@ -68,6 +68,26 @@ class LogConflictError(FencedError):
     """A chunk append did not start at the log's current end; nothing was written."""
 
 
+# --- secrets --------------------------------------------------------------------------------------
+
+
+class _SecretReadFailure(HarnessError):
+    """A secret could not be read. The message names the secret and the AWS error code, never a value."""
+
+    def __init__(self, secret_id: str, code: str) -> None:
+        super().__init__(f"could not read the secret {secret_id}: {code}")
+        self.secret_id = secret_id
+        self.code = code
+
+
+class SecretError(_SecretReadFailure, FatalError):
+    """A secret does not exist, or this role may not read (or decrypt) it: reading again cannot help."""
+
+
+class SecretUnavailableError(_SecretReadFailure, RetryableError):
+    """Secrets Manager throttled the read or could not be reached: reading again may succeed."""
+
+
 # --- agent and models -----------------------------------------------------------------------------
 
 
@@ -89,6 +109,14 @@ class ModelError(HarnessError):
         self.retryable = retryable
         self.status_code = status_code
         self.retry_after = retry_after
+
+
+class RunTimeoutError(ModelError):
+    """The run's total time limit (``Timeouts(total=...)``) passed: the run is aborted, not retried.
+
+    Raised before a model call, while one streams, or instead of waiting out a retry's backoff
+    past the deadline. The agent calls ``on_abort`` (not ``on_error``) for it.
+    """
 
 
 class OutputError(HarnessError):

@@ -7,6 +7,11 @@ run pauses for approval it records each request under a key that binds the princ
 assistant message that asked and the call itself; an answer must find that record unanswered and
 marks it answered by the run it starts (a conditional write, so two answers cannot both win).
 
+A second kind of record finds the paused run itself: when a run pauses, the ledger notes it as the
+latest pause of its assistant message (for its principal). A continuation (a chat POST whose last
+message answers approvals) looks the paused run up there and hands the harness that run's last
+checkpoint: an external harness cannot rebuild its state from the chat messages.
+
 Records live in the checkpoint store under ids ``apv_<digest>`` (which no run id can match) and
 expire with it.
 """
@@ -31,6 +36,12 @@ def approval_key(
     return "apv_" + digest[:48]
 
 
+def pause_key(principal: str | None, message_id: str) -> str:
+    """The ledger id of the latest pause of an assistant message."""
+    digest = hashlib.sha256("\x1f".join([principal or "", message_id, "paused"]).encode("utf-8", "surrogatepass"))
+    return "apv_" + digest.hexdigest()[:48]
+
+
 class ApprovalLedger:
     """Issued approval requests and who answered them, in a checkpoint store."""
 
@@ -52,9 +63,38 @@ class ApprovalLedger:
                     current.version,
                 )
 
-    def answer(self, key: str, run_id: str) -> None:
+    def pause(self, principal: str | None, message_id: str, run_id: str) -> None:
+        """Record ``run_id`` as the latest pause of this assistant message (last writer wins)."""
+        key = pause_key(principal, message_id)
+        state = json.dumps({"pausedRun": run_id})
+        for _ in range(5):
+            try:
+                self.store.create(Checkpoint(run_id=key, state=state, status="paused"))
+                return
+            except RunExistsError:
+                pass
+            current = self.store.load(key)
+            try:
+                self.store.save(Checkpoint(run_id=key, state=state, status="paused", version=current.version),
+                                current.version)  # fmt: skip
+                return
+            except FencedError:
+                continue
+        raise FencedError(f"the pause record of message {message_id} keeps changing")
+
+    def paused_run(self, principal: str | None, message_id: str) -> str | None:
+        """The run that last paused this assistant message, or None."""
+        try:
+            record = self.store.load(pause_key(principal, message_id))
+        except RunNotFoundError:
+            return None
+        value = json.loads(record.state).get("pausedRun")
+        return value if isinstance(value, str) else None
+
+    def answer(self, key: str, run_id: str) -> str | None:
         """Mark the request answered by ``run_id``; 400 if it was never issued, 409 if already answered
-        by another run. Answering again for the same run (a retried request) is fine."""
+        by another run. Answering again for the same run (a retried request) is fine. Returns the
+        run that issued the request."""
         for _ in range(5):
             try:
                 current = self.store.load(key)
@@ -66,7 +106,7 @@ class ApprovalLedger:
                 ) from None
             issued_by, answered_by = _read(current)
             if answered_by == run_id:
-                return
+                return issued_by
             if answered_by is not None:
                 raise InvalidRequestError(
                     f"This approval was already answered (by run {answered_by}).", code="already_answered", status=409
@@ -74,7 +114,7 @@ class ApprovalLedger:
             record = Checkpoint(run_id=key, state=_state(issued_by, run_id), status="answered", version=current.version)
             try:
                 self.store.save(record, current.version)
-                return
+                return issued_by
             except FencedError:
                 continue  # answered at the same moment: look again (it may be this very run)
         raise InvalidRequestError("This approval keeps changing; try again.", code="conflict", status=409)

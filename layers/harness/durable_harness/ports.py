@@ -1,4 +1,5 @@
-"""The three service boundaries the runner knows: a checkpoint store, a chunk log, an orchestrator.
+"""The three service boundaries the runner knows: a checkpoint store, a chunk log, an orchestrator;
+and, in local mode only, the run leases of the in-process orchestrator.
 
 Adapters live in :mod:`durable_harness.storage` (memory, SQLite, files) and, for AWS, in the
 DynamoDB / S3 / Step Functions modules. Methods are synchronous because the AWS SDK is; the
@@ -171,4 +172,48 @@ class Orchestrator(Protocol):
     def cancel(self, run_id: str) -> None:
         """Stop driving the run. The caller then ends it with ``Runner.finalize(status="cancelled")``,
         whose claim fences off a slice that may still be running."""
+        ...
+
+
+ACTIVE_STATUSES: tuple[str, ...] = ("not_started", "ready_for_next_step")
+"""Checkpoint statuses of a run that still needs slices (neither terminal nor paused for approval)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who drives a run until when (local mode, decision D13); ``owner`` None: nobody does."""
+
+    run_id: str
+    owner: str | None
+    expires_at: float = 0.0
+    """Wall-clock seconds (``time.time()``): processes sharing a data folder share no other clock."""
+
+
+@runtime_checkable
+class RunLeases(Protocol):
+    """Which process drives which run, kept next to the run records (local mode only).
+
+    A lease only saves work: two drivers of one run are still kept apart by fencing. Deployed, the
+    state machine is the driver and nothing takes leases.
+    """
+
+    def acquire_lease(
+        self, run_id: str, owner: str, until: float, *, now: float, steal_from: str | None = None
+    ) -> Lease:
+        """Make ``owner`` the run's driver until ``until`` if the lease is free, lapsed at ``now``,
+        already ``owner``'s, or held by ``steal_from`` (an owner known to be dead). Returns the lease
+        as it stands afterwards: acquired if and only if its owner is ``owner``."""
+        ...
+
+    def renew_leases(self, owner: str, run_ids: Sequence[str], until: float) -> None:
+        """Extend ``owner``'s leases of ``run_ids`` to ``until`` (leases it lost stay lost)."""
+        ...
+
+    def release_lease(self, run_id: str, owner: str) -> None:
+        """Drop the run's lease if ``owner`` holds it (the run needs no driver any more)."""
+        ...
+
+    def lease_candidates(self, limit: int = 1000) -> list[Lease]:
+        """Runs that may need a driver: every run that is neither terminal nor paused, and every run
+        with a lease, each with its lease (``owner`` None when it has none)."""
         ...

@@ -157,6 +157,14 @@ export async function openBrowser(base) {
     timeout: WAIT_MS,
   });
   context.setDefaultTimeout(WAIT_MS);
+  // Record every Content-Security-Policy violation (the server's CSP: same origin, no inline
+  // code or style), so a test fails if the page ever needs more than the policy allows.
+  await context.addInitScript(() => {
+    window.__cspViolations = [];
+    document.addEventListener('securitypolicyviolation', (event) => {
+      window.__cspViolations.push(`${event.effectiveDirective} blocked ${event.blockedURI || 'inline'}`);
+    });
+  });
   const page = context.pages()[0] ?? (await context.newPage());
   const requests = [];
   const console_ = [];
@@ -171,6 +179,8 @@ export async function openBrowser(base) {
     foreign: () => requests.filter((r) => !r.url.startsWith(`${base}/`) && !r.url.startsWith('data:')),
     /** Console errors and uncaught page errors, less those matching `allow`. */
     errors: (allow = /$^/) => console_.filter((line) => /^(error|pageerror):/.test(line) && !allow.test(line)),
+    /** The CSP violations the current document has seen. */
+    cspViolations: () => page.evaluate(() => window.__cspViolations ?? ['the CSP recorder did not run']),
     async close() {
       await context.close();
       rmSync(profile, { recursive: true, force: true });

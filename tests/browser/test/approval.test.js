@@ -51,6 +51,13 @@ test('approve a save_note call with the button and see the continuation in the s
   const card = page.getByRole('region', { name: /Tool call save_note/ });
   assert.match(await card.textContent(), /"text": "buy milk"/);
   await screenshot(page, 'browser-b-approval-requested.png');
+  // The same card in dark mode: the page follows the system colour scheme.
+  const background = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  const light = await background();
+  await page.emulateMedia({ colorScheme: 'dark' });
+  assert.notEqual(await background(), light, 'dark mode changes the colours');
+  await screenshot(page, 'browser-b-approval-requested-dark.png');
+  await page.emulateMedia({ colorScheme: 'light' });
 
   const assistantId = asked.assistants[0].id;
   await card.getByRole('button', { name: 'Approve' }).click();
@@ -71,6 +78,7 @@ test('approve a save_note call with the button and see the continuation in the s
   assert.equal(await page.getByRole('button', { name: 'Approve' }).count(), 0);
   assert.equal(readFileSync(path.join(server.notesDir, 'buy-milk.txt'), 'utf8'), 'buy milk\n');
   await screenshot(page, 'browser-b-approved.png');
+  assert.deepEqual(await browser.cspViolations(), []);
 
   // Two POSTs: the turn, then the history with the approval response.
   const posts = browser.requests.filter((r) => r.method === 'POST' && r.url === `${server.base}/api/chat`);

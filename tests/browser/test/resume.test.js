@@ -80,6 +80,7 @@ test('a reload mid-stream resumes the reply without losing or duplicating a word
   assert.equal(done.assistants[0].id, before.assistants[0].id, 'the same assistant message id (start.messageId)');
   assert.equal(done.messages.length, 2);
   await screenshot(page, 'browser-c-resumed.png');
+  assert.deepEqual(await browser.cspViolations(), []);
 
   // The finished chat was saved: another reload shows it as it is, without asking the server.
   const getsBefore = streamGets(runId).length;

@@ -99,3 +99,29 @@ test('a weather question shows the reasoning, the tool card and the answer', { t
   await screenshot(page, 'browser-a-weather-narrow-dark.png');
   assert.deepEqual(browser.foreign(), []);
 });
+
+test('the React page runs under the server\'s CSP without a violation (and the CSP is enforced)', { timeout: 60_000 }, async () => {
+  const { page } = browser;
+  const response = await page.reload();
+  const csp = response.headers()['content-security-policy'];
+  assert.match(csp, /script-src 'self';/);
+  assert.match(csp, /style-src 'self';/);
+  const state = await waitForPage(page, (s) => s.status === 'ready' && s.assistants.length === 2, 'the saved chat rendered');
+  assert.deepEqual(state.assistants[1].tools.map((t) => t.state), ['output-available']);
+  assert.deepEqual(await browser.cspViolations(), [], 'rendering the chat, tool card and reasoning needs nothing the CSP forbids');
+  // The control, in a second tab (whose console the errors check does not read): an inline style
+  // is refused, and the recorder sees it.
+  const probe = await browser.context.newPage();
+  try {
+    await probe.goto(`${server.base}/`);
+    await probe.evaluate(() => {
+      const style = document.createElement('style');
+      style.textContent = 'body { outline: 1px solid red; }';
+      document.head.append(style);
+    });
+    await probe.waitForFunction(() => window.__cspViolations.length > 0, null, { timeout: WAIT_MS });
+    assert.deepEqual(await probe.evaluate(() => window.__cspViolations), ['style-src-elem blocked inline']);
+  } finally {
+    await probe.close();
+  }
+});

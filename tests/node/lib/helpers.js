@@ -37,14 +37,20 @@ export async function freePort() {
 
 /**
  * Start `python -m durable_harness serve` on a free port with a fresh temp data dir, and wait
- * until `GET /health` answers 200. Returns `{ base, port, dataDir, logs(), stop() }`; `stop()`
- * resolves to how the process ended (`{ code, signal }`). `env` adds (or overrides) environment
- * variables of the server process, e.g. `TOOL_APPROVAL_SECRET`. `args({ port, dataDir })` may
- * return other Python arguments (another server script), see `startStackServer`.
+ * until `GET /health` answers 200. Returns `{ base, port, dataDir, logs(), stop(), kill() }`;
+ * `stop()` resolves to how the process ended (`{ code, signal }`), `kill(signal)` sends `signal`
+ * (default SIGKILL) and resolves once the process is gone, leaving the data dir. `env` adds (or
+ * overrides) environment variables of the server process, e.g. `TOOL_APPROVAL_SECRET`.
+ * `args({ port, dataDir })` may return other Python arguments (another server script), see
+ * `startStackServer`. `port` and `dataDir` restart a server where another one was (the caller
+ * then owns the data dir: `stop()` leaves it); `agent` and `sliceSeconds` go to `serve`.
  */
-export async function startServer({ demoDelay = 0.005, attempts = 150, intervalMs = 100, env = {}, args: makeArgs } = {}) {
-  const port = await freePort();
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'dh-node-compat-'));
+export async function startServer({
+  demoDelay = 0.005, attempts = 150, intervalMs = 100, env = {}, args: makeArgs,
+  port: fixedPort, dataDir: fixedDataDir, agent, sliceSeconds,
+} = {}) {
+  const port = fixedPort ?? await freePort();
+  const dataDir = fixedDataDir ?? mkdtempSync(path.join(os.tmpdir(), 'dh-node-compat-'));
   const args = makeArgs ? makeArgs({ port, dataDir }) : [
     '-m', 'durable_harness', 'serve',
     '--host', '127.0.0.1',
@@ -52,6 +58,8 @@ export async function startServer({ demoDelay = 0.005, attempts = 150, intervalM
     '--data-dir', dataDir,
     '--demo-delay', String(demoDelay),
     '--log-level', 'warning',
+    ...(agent ? ['--agent', agent] : []),
+    ...(sliceSeconds != null ? ['--slice-seconds', String(sliceSeconds)] : []),
   ];
   const child = spawn(PYTHON, args, {
     cwd: REPO_ROOT,
@@ -85,8 +93,14 @@ export async function startServer({ demoDelay = 0.005, attempts = 150, intervalM
           await exitPromise;
         }
       }
-      rmSync(dataDir, { recursive: true, force: true });
+      if (fixedDataDir == null) rmSync(dataDir, { recursive: true, force: true });
       return exited;
+    },
+    async kill(signal = 'SIGKILL') {
+      if (exited == null && child.pid != null) {
+        try { process.kill(-child.pid, signal); } catch { /* already gone */ }
+      }
+      return exitPromise;
     },
   };
 

@@ -11,11 +11,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import AgentConfigError, ToolError
+from ..harness.interface import HarnessEvent as AgentEvent
 from ..messages import AssistantMessage, ReasoningPart, TextPart, ToolApprovalRequestPart, ToolCallPart
 from ..models.base import LanguageModel
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolInputErrorChunk
-from .protocol import AgentEvent
+from .control import RepairToolCall
+from .execution import result_events
 from .state import LoopTurnState, StepCall, StepOutcome
 from .tools import Tool
 
@@ -39,6 +41,34 @@ def parse_call(part: hp.ToolCallPart, tools: Mapping[str, Tool]) -> StepCall:
     except ToolError as exc:
         call.invalid_error = str(exc)
     return call
+
+
+async def validate_call(part: hp.ToolCallPart, tools: Mapping[str, Tool], repair: RepairToolCall | None) -> StepCall:
+    """A model's tool call validated, after ``repair_tool_call`` had its chance with an invalid one."""
+    call = parse_call(part, tools)
+    if call.invalid_error is not None and repair is not None:
+        repaired = await maybe_await(repair(part.tool_call_id, part.tool_name, part.input, call.invalid_error, tools))
+        if repaired is not None:
+            name, text = repaired
+            fixed = parse_call(hp.ToolCallPart(tool_call_id=part.tool_call_id, tool_name=name, input=text), tools)
+            if fixed.invalid_error is None:
+                return fixed
+    return call
+
+
+def replay_events(state: LoopTurnState) -> list[AgentEvent]:
+    """What the client had seen of the current step before ``reset-step`` removed it."""
+    events: list[AgentEvent] = []
+    if not state.approval_step:
+        assistant = state.messages[-1]
+        assert isinstance(assistant, AssistantMessage)
+        invalid = {c.tool_call_id: c for c in state.step_calls if c.invalid_error and not c.silent}
+        events += content_events(assistant, invalid)
+    by_id = {o.tool_call_id: o for o in state.step_outcomes}
+    for call in state.step_calls[: state.reported]:
+        if call.tool_call_id in by_id:
+            events += result_events(call, by_id[call.tool_call_id])
+    return events
 
 
 def content_events(assistant: AssistantMessage, invalid: Mapping[str, StepCall]) -> list[AgentEvent]:
@@ -65,6 +95,7 @@ def content_events(assistant: AssistantMessage, invalid: Mapping[str, StepCall])
                 hp.ToolCallPart(
                     tool_call_id=item.tool_call_id, tool_name=item.tool_name, input=raw,
                     provider_executed=item.provider_executed,
+                    dynamic=True if item.provider_executed else None,  # as first streamed (modelcall)
                 )
             )  # fmt: skip
         elif isinstance(item, ToolApprovalRequestPart):

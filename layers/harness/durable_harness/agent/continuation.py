@@ -1,17 +1,18 @@
 """Answering a paused turn's approvals without a chat client (an event-triggered run, say).
 
 A chat client answers approvals by POSTing the whole history. A run that nobody is chatting with
-is answered through the run API instead: the answers are turned into the same model messages a
-client would have sent, built from the paused run's own checkpointed messages.
+is answered through the run API instead: the runner verifies the answers and hands them to the
+loop with the paused turn's checkpoint; here they become the same model messages a client would
+have sent, built from the paused turn's own messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError
+from ..harness.interface import ApprovalDecision
 from ..messages import (
     AssistantMessage,
     ExecutionDeniedOutput,
@@ -24,39 +25,31 @@ from ..messages import (
 )
 from .state import LoopTurnState
 
-Signer = Callable[[str, str, str, Any], "str | None"]
 
-
-@dataclass(frozen=True)
-class ApprovalAnswer:
-    """The answer to one approval request."""
-
-    approval_id: str
-    approved: bool
-    reason: str | None = None
-
-
-def pending_approvals(turn: dict[str, Any]) -> list[dict[str, Any]]:
-    """The approval requests a paused turn waits for: approval id, tool call id, tool name, input."""
-    state = LoopTurnState.model_validate(turn)
+def pending_approvals(turn: Any) -> list[dict[str, Any]]:
+    """The approval requests a paused turn waits for: approval id, tool call id, tool name, input
+    (and ``providerExecuted: true`` for a call the provider runs once approved)."""
+    state = turn if isinstance(turn, LoopTurnState) else LoopTurnState.model_validate(turn)
     calls = _calls(state.messages)
+    waiting = {*state.pending_approvals, *state.provider_approvals}
     pending = []
     for part in _requests(state.messages):
-        if part.tool_call_id in state.pending_approvals and part.tool_call_id in calls:
+        if part.tool_call_id in waiting and part.tool_call_id in calls:
             call = calls[part.tool_call_id]
-            pending.append(
-                {
-                    "approvalId": part.approval_id,
-                    "toolCallId": call.tool_call_id,
-                    "toolName": call.tool_name,
-                    "input": call.input,
-                }
-            )
+            item = {
+                "approvalId": part.approval_id,
+                "toolCallId": call.tool_call_id,
+                "toolName": call.tool_name,
+                "input": call.input,
+            }
+            if call.provider_executed:
+                item["providerExecuted"] = True
+            pending.append(item)
     return pending
 
 
-def continuation_messages(turn: dict[str, Any], answers: Sequence[ApprovalAnswer], sign: Signer) -> list[ModelMessage]:
-    """The conversation of a paused turn with these answers appended, ready to start the next run."""
+def continuation_messages(turn: Any, answers: Sequence[ApprovalDecision]) -> list[ModelMessage]:
+    """The conversation of a paused turn with these (verified) answers appended."""
     state = LoopTurnState.model_validate(turn)
     pending = {p["approvalId"]: p for p in pending_approvals(turn)}
     unknown = [a.approval_id for a in answers if a.approval_id not in pending]
@@ -64,20 +57,16 @@ def continuation_messages(turn: dict[str, Any], answers: Sequence[ApprovalAnswer
         raise InvalidRequestError(
             f"Unknown approval ids: {unknown}; pending: {sorted(pending)}.", code="unknown_approval"
         )
-    if {a.approval_id for a in answers} != set(pending):
-        missing = sorted(set(pending) - {a.approval_id for a in answers})
-        raise InvalidRequestError(f"Answer every pending approval; missing: {missing}.", code="missing_approval")
     messages = list(state.messages)
-    for part in _requests(messages):
-        call = pending.get(part.approval_id)
-        if call is not None:
-            part.signature = sign(part.approval_id, call["toolCallId"], call["toolName"], call["input"])
     content: list[ToolResultPart | ToolApprovalResponsePart] = []
     for answer in answers:
         call = pending[answer.approval_id]
         content.append(
-            ToolApprovalResponsePart(approval_id=answer.approval_id, approved=answer.approved, reason=answer.reason)
-        )
+            ToolApprovalResponsePart(
+                approval_id=answer.approval_id, approved=answer.approved, reason=answer.reason,
+                provider_executed=True if call.get("providerExecuted") else None,
+            )
+        )  # fmt: skip
         if not answer.approved:
             content.append(
                 ToolResultPart(

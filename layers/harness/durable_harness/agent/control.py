@@ -7,7 +7,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import computed_field
+
 from ..messages import ModelMessage
+from ..protocol.wire import WireModel
 from .state import StepSummary
 
 StopCondition = Callable[[Sequence[StepSummary]], bool]
@@ -58,13 +61,29 @@ def retry_delay(
     return min(cap, initial * factor**attempt)
 
 
+class Usage(WireModel):
+    """Token usage (of a step, or of the whole run); JSON ``{inputTokens, outputTokens, totalTokens}``."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total_tokens(self) -> int:
+        """Input and output tokens together."""
+        return self.input_tokens + self.output_tokens
+
+
 @dataclass
 class CallOptions:
     """What ``prepare_call`` (once per run) and ``prepare_step`` (before each model call) may change.
 
     ``model`` is a model spec string (``"bedrock:..."``, ``"openai:..."``, ``"demo"``) so that
     the choice survives a checkpoint. ``prepare_step`` may also replace the ``messages`` sent
-    for that one call.
+    for that one call. A ``runtime_context`` returned by either replaces the one tools see, from
+    then on (it is checkpointed, so it must be JSON-serializable). ``call_options`` is the run's
+    validated call options (an instance of the agent's ``call_options`` model, or None); it is
+    read-only here.
     """
 
     step_number: int
@@ -76,6 +95,7 @@ class CallOptions:
     settings: dict[str, Any] = field(default_factory=dict)
     steps: Sequence[StepSummary] = ()
     runtime_context: Any = None
+    call_options: Any = None
 
 
 PrepareHook = Callable[[CallOptions], "Awaitable[CallOptions | None] | CallOptions | None"]

@@ -7,27 +7,25 @@ finished tool again; results reach the client in the model's order whatever orde
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..approvals import ApprovalSecret, approval_id_for
 from ..errors import ToolError
+from ..harness.answers import match_approvals
 from ..messages import (
-    AssistantMessage,
     ErrorTextOutput,
     JsonOutput,
     ModelMessage,
     TextOutput,
-    ToolApprovalRequestPart,
     ToolApprovalResponsePart,
-    ToolCallPart,
     ToolMessage,
     ToolResultOutput,
     ToolResultPart,
 )
 from ..protocol import harness_parts as hp
-from ..protocol.ui_chunks import ToolOutputDeniedChunk, ToolOutputErrorChunk, UIMessageChunk
+from ..protocol.ui_chunks import ToolOutputErrorChunk, UIMessageChunk
 from .state import LoopTurnState, StepCall, StepOutcome
 from .tools import Tool, ToolContext
 
@@ -64,29 +62,28 @@ class ToolRunner:
         tools: Mapping[str, Tool],
         *,
         concurrency: int | None,
-        runtime_context: Any,
         tools_context: Mapping[str, Any],
         on_start: Callable[[StepCall], Any] | None = None,
         on_end: Callable[[StepCall, StepOutcome], Any] | None = None,
     ) -> None:
         self.tools = tools
         self.concurrency = concurrency
-        self.runtime_context = runtime_context
         self.tools_context = tools_context
         self.on_start = on_start
         self.on_end = on_end
 
-    def context(self, call: StepCall, messages: list[ModelMessage]) -> ToolContext:
-        """The context a call's tool receives."""
+    def context(self, call: StepCall, state: LoopTurnState, messages: list[ModelMessage] | None = None) -> ToolContext:
+        """The context a call's tool receives: the turn's current ``runtime_context`` (which
+        ``prepare_call`` / ``prepare_step`` may have replaced) and the tool's ``tools_context`` entry."""
         return ToolContext(
             tool_call_id=call.tool_call_id,
             tool_name=call.tool_name,
-            messages=messages,
-            runtime_context=self.runtime_context,
+            messages=messages if messages is not None else state.messages,
+            runtime_context=state.runtime_context,
             tool_context=self.tools_context.get(call.tool_name),
         )
 
-    async def execute(self, call: StepCall, messages: list[ModelMessage]) -> StepOutcome:
+    async def execute(self, call: StepCall, context: ToolContext) -> StepOutcome:
         """Run one call; any failure becomes an error outcome the model can read."""
         outcome = StepOutcome(tool_call_id=call.tool_call_id, tool_name=call.tool_name)
         if call.invalid_error is not None:
@@ -95,12 +92,14 @@ class ToolRunner:
         tool = self.tools[call.tool_name]
         if self.on_start:
             await _maybe_await(self.on_start(call))
+        began = time.monotonic()
         try:
-            outcome.output = await tool.run(tool.validate(call.input), self.context(call, messages))
+            outcome.output = await tool.run(tool.validate(call.input), context)
         except ToolError as exc:
             outcome.error = str(exc)
         except Exception as exc:  # a tool's failure is a result the model can react to
             outcome.error = f"Error: {exc}" if str(exc) else f"Error: {type(exc).__name__}"
+        outcome.duration_ms = (time.monotonic() - began) * 1000
         if self.on_end:
             await _maybe_await(self.on_end(call, outcome))
         return outcome
@@ -116,10 +115,11 @@ class ToolRunner:
         messages = list(state.messages)
 
         async def guarded(call: StepCall) -> StepOutcome:
+            context = self.context(call, state, messages)
             if limit is None:
-                return await self.execute(call, messages)
+                return await self.execute(call, context)
             async with limit:
-                return await self.execute(call, messages)
+                return await self.execute(call, context)
 
         tasks = {asyncio.ensure_future(guarded(call)): call for call in todo}
         try:
@@ -157,76 +157,42 @@ class ToolRunner:
 # --- approvals of an earlier turn -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AnsweredApproval:
-    """An approval response in the last tool message, matched with the request and call it answers."""
+@dataclass
+class ApprovalActions:
+    """What the answers in the last tool message ask the agent to do before calling the model."""
 
-    response: ToolApprovalResponsePart
-    request: ToolApprovalRequestPart
-    call: ToolCallPart
-    result: ToolResultPart | None
-    """The call's result already in the history (a denial's ``execution-denied``, or an earlier run's)."""
-
-    @property
-    def pending(self) -> bool:
-        """True when this answer still has to be acted on (executed, or shown as denied)."""
-        if self.result is None:
-            return True
-        return not self.response.approved and self.result.output.type == "execution-denied"
-
-
-def match_approvals(messages: list[ModelMessage]) -> list[AnsweredApproval]:
-    """Like ``collectToolApprovals``: the responses of a last ``tool`` message, each matched with
-    its request in the assistant messages (whose tool call supplies the name and input).
-
-    Raises :class:`ToolError` for a response that answers no request this server would have made.
-    """
-    last = messages[-1] if messages else None
-    if not isinstance(last, ToolMessage):
-        return []
-    responses = [p for p in last.content if isinstance(p, ToolApprovalResponsePart)]
-    if not responses:
-        return []
-    requests: dict[str, ToolApprovalRequestPart] = {}
-    calls: dict[str, ToolCallPart] = {}
-    for message in messages[:-1]:
-        if isinstance(message, AssistantMessage):
-            for part in message.content:
-                if isinstance(part, ToolApprovalRequestPart):
-                    requests[part.approval_id] = part
-                elif isinstance(part, ToolCallPart):
-                    calls[part.tool_call_id] = part
-    results = {p.tool_call_id: p for p in last.content if isinstance(p, ToolResultPart)}
-    matched = []
-    for response in responses:
-        request = requests.get(response.approval_id)
-        call = calls.get(request.tool_call_id) if request else None
-        if request is None or call is None or request.approval_id != approval_id_for(call.tool_call_id):
-            # Every request this server issues is `approval-<toolCallId>` for a call in the history.
-            raise ToolError(f"approval response {response.approval_id!r} answers no approval request of this server")
-        matched.append(AnsweredApproval(response, request, call, results.get(call.tool_call_id)))
-    return matched
+    runnable: list[StepCall]
+    """Approved host calls to execute (a bad signature makes one an error result instead)."""
+    denied: list[str]
+    """Every denied call, host or provider-executed (the runner shows ``tool-output-denied``)."""
+    refused: list[str]
+    """Approval ids of provider-executed calls approved without a verified answer: the provider is
+    told they were denied instead (nothing it runs may be approved by a forgery)."""
 
 
 def answered_approvals(
-    messages: list[ModelMessage], secret: ApprovalSecret | None, tools: Mapping[str, Tool]
-) -> tuple[list[StepCall], list[UIMessageChunk]]:
-    """The approved calls to execute and the UI chunks for denied ones, from the last tool message.
+    messages: list[ModelMessage], verified: Collection[str], tools: Mapping[str, Tool]
+) -> ApprovalActions:
+    """The approved calls to execute and the denied ones, from the last tool message.
 
-    A missing or bad signature (when a secret is configured) executes nothing: the model gets an
-    error result and the client no chunk.
+    Only approvals in ``verified`` (the approval ids whose answers the runner verified: signature
+    and ledger) execute; any other approved call executes nothing: the model gets an error result
+    and the client no chunk. A provider-executed call is not run here: its answer goes back to the
+    provider with the next model call (like the AI SDK's ``streamText``).
     """
-    runnable: list[StepCall] = []
-    denied: list[UIMessageChunk] = []
+    actions = ApprovalActions([], [], [])
     for answer in (a for a in match_approvals(messages) if a.pending):
         call, request = answer.call, answer.request
         if not answer.response.approved:
-            denied.append(ToolOutputDeniedChunk(tool_call_id=call.tool_call_id))
+            actions.denied.append(call.tool_call_id)
+            continue
+        signed = request.approval_id in verified
+        if call.provider_executed:
+            if not signed:
+                actions.refused.append(request.approval_id)
             continue
         step_call = StepCall(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input)
-        if secret is not None and not secret.verify(
-            request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
-        ):
+        if not signed:
             step_call.invalid_error = (
                 f"The approval of tool call {call.tool_call_id} has a missing or invalid signature; "
                 "the tool was not executed."
@@ -234,8 +200,20 @@ def answered_approvals(
             step_call.silent = True
         elif call.tool_name not in tools or tools[call.tool_name].client_side:
             step_call.invalid_error = f"Tool {call.tool_name} is not available on the server."
-        runnable.append(step_call)
-    return runnable, denied
+        actions.runnable.append(step_call)
+    return actions
+
+
+def refuse_provider_approvals(messages: list[ModelMessage], approval_ids: list[str]) -> None:
+    """Turn forged approvals of provider-executed calls into denials in the last tool message."""
+    last = messages[-1]
+    if not approval_ids or not isinstance(last, ToolMessage):
+        return
+    for i, part in enumerate(last.content):
+        if isinstance(part, ToolApprovalResponsePart) and part.approval_id in approval_ids:
+            last.content[i] = part.model_copy(
+                update={"approved": False, "reason": "The approval's signature is missing or invalid."}
+            )
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -1,8 +1,10 @@
 """The built-in tool-loop agent (WorkflowAgent parity): call the model, run tools, repeat.
 
-Each step is split at boundaries the durable runner checkpoints: after the model call (a crash
-while tools run never repeats the model call), after each tool result (a finished tool never runs
-again), and at the end of the step. Approvals pause the turn; the next turn's messages continue it.
+It is a harness like any other (:mod:`durable_harness.harness.interface`). Each step is split at
+checkpoints: after the model call (a crash while tools run never repeats the model call), after
+each tool result (a finished tool never runs again), and at the end of the step (a slice point).
+Approvals pause the turn; the continuation's messages (or, through the run API, the paused turn's
+own checkpoint plus the answers) continue it, executing only the answers the runner verified.
 """
 
 from __future__ import annotations
@@ -10,36 +12,48 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ..approvals import ApprovalSecret, approval_id_for
-from ..errors import AgentConfigError, ModelError, OutputError, ToolError
+from ..errors import AgentConfigError, ModelError, OutputError, RunTimeoutError, ToolError
+from ..harness import interface as hi
+from ..harness.answers import match_approvals
 from ..ids import new_id
-from ..messages import AssistantMessage, ModelMessage, SystemMessage, ToolApprovalRequestPart, ToolMessage
+from ..messages import (
+    AssistantMessage,
+    ModelMessage,
+    SystemMessage,
+    TextPart,
+    ToolApprovalRequestPart,
+    ToolMessage,
+    UserMessage,
+)
 from ..models.base import LanguageModel, ModelRequest
 from ..protocol import harness_parts as hp
 from .calls import (
-    content_events,
     dump_state,
     is_empty_part,
     json_ready,
     maybe_await,
     ordered_outcomes,
-    parse_call,
+    replay_events,
     resolve_model_spec,
     usage_of,
+    validate_call,
     validate_tools_context,
 )
-from .continuation import ApprovalAnswer, continuation_messages, pending_approvals
-from .control import Callback, CallOptions, PrepareHook, RepairToolCall, StopCondition, Timeouts, step_count_is
-from .execution import ToolRunner, answered_approvals, result_events, result_part
+from .continuation import continuation_messages
+from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, Usage, step_count_is
+from .execution import ToolRunner, answered_approvals, refuse_provider_approvals, result_part
 from .modelcall import StepResult, stream_model_step
-from .protocol import AgentEvent, Boundary
-from .state import CallOverrides, LoopTurnState, StepCall, StepSummary
-from .tools import Tool
+from .options import Preparation, validate_call_options
+from .output import Output, as_output
+from .results import TurnResult, collect_result, empty_result, finish_reason_of, turn_result
+from .state import LoopTurnState, StepCall, StepSummary
+from .tools import Tool, accepts_positional
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +79,8 @@ class ToolLoopAgent:
         tools: Sequence[Tool] = (),
         stop_when: Sequence[StopCondition] | None = None,
         max_total_tokens: int | None = None,
-        output: type[BaseModel] | None = None,
+        output: Output | type[BaseModel] | None = None,
+        call_options: type[BaseModel] | None = None,
         tool_choice: Any = "auto",
         active_tools: Sequence[str] | None = None,
         tool_call_concurrency: int | None = None,
@@ -103,7 +118,8 @@ class ToolLoopAgent:
             raise AgentConfigError("tool_call_concurrency must be at least 1 (or None for unlimited)")
         self.stop_when = list(stop_when) if stop_when is not None else [step_count_is(DEFAULT_MAX_STEPS)]
         self.max_total_tokens = max_total_tokens
-        self.output = output
+        self.output = as_output(output)
+        self.call_options = call_options
         self.tool_choice = tool_choice
         self.active_tools = list(active_tools) if active_tools is not None else None
         self.runtime_context = json_ready(runtime_context, "runtime_context")
@@ -117,6 +133,11 @@ class ToolLoopAgent:
         self.timeout = timeout or Timeouts()
         self.repair_tool_call = repair_tool_call
         self.prepare_call, self.prepare_step = prepare_call, prepare_step
+        self.preparation = Preparation(
+            instructions=instructions, tool_choice=tool_choice, active_tools=self.active_tools,
+            settings=self.settings, call_options_model=call_options, prepare_call=prepare_call,
+            prepare_step=prepare_step,
+        )  # fmt: skip
         self.callbacks = {
             "start": on_start, "step_start": on_step_start, "tool_start": on_tool_execution_start,
             "tool_end": on_tool_execution_end, "step_end": on_step_end, "end": on_end,
@@ -126,22 +147,23 @@ class ToolLoopAgent:
         self.runner = ToolRunner(
             self.tools,
             concurrency=tool_call_concurrency,
-            runtime_context=self.runtime_context,
             tools_context=self.tools_context,
             on_start=lambda call: self._callback("tool_start", call),
             on_end=lambda call, outcome: self._callback("tool_end", call, outcome),
         )
 
-    # --- the HarnessWorkflowAgent protocol ---------------------------------------------------------
+    # --- the harness interface ---------------------------------------------------------------------
 
     @property
-    def tool_names(self) -> Collection[str]:
-        """Names of the agent's tools."""
-        return self.tools.keys()
-
-    def has_output(self) -> bool:
-        """True when the agent parses structured output at the end of a turn."""
-        return self.output is not None
+    def options(self) -> hi.HarnessOptions:
+        """The agent's tools, reasoning and system-message settings, and its approval secret."""
+        return hi.HarnessOptions(
+            tool_names=self.tools.keys(),
+            send_reasoning=self.send_reasoning,
+            allow_system_in_messages=self.allow_system_in_messages,
+            approval_secret=self.approval_secret,
+            has_output=self.output is not None,
+        )
 
     def create_session(self, session_id: str | None = None) -> str:
         """Sessions are stateless here: the conversation travels in the turn's messages."""
@@ -151,57 +173,124 @@ class ToolLoopAgent:
         """Sign an approval request (None when no secret is configured)."""
         return self.approval_secret.sign(approval_id, tool_call_id, tool_name, tool_input)
 
-    def pending_approvals(self, turn: dict[str, Any]) -> list[dict[str, Any]]:
-        """The approvals a paused turn waits for (for the run API)."""
-        return pending_approvals(turn)
+    def parse_call_options(self, raw: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``raw`` validated by the agent's ``call_options`` model (None without one: ignored)."""
+        return validate_call_options(self.call_options, raw)
 
-    def approval_continuation(self, turn: dict[str, Any], answers: Sequence[ApprovalAnswer]) -> list[ModelMessage]:
-        """The messages that continue a paused turn with these answers (for the run API)."""
-        return continuation_messages(turn, answers, self.sign_approval)
+    def open(self, request: hi.TurnRequest) -> hi.HarnessTurn:
+        """Open the turn for one slice: a new turn, the next slice of one, or a continuation."""
+        if isinstance(request, hi.StartTurn):
+            return hi.GeneratorTurn(self._start(request.messages, request.call_options, frozenset()))
+        continuation = request.continuation
+        if continuation is None:
+            state = LoopTurnState.model_validate(request.state)
+            return hi.GeneratorTurn(self._guard(state, replay=request.replay_step, fresh=False))
+        paused = LoopTurnState.model_validate(request.state)
+        if continuation.messages is not None:  # the chat client's history, with its answers
+            messages = list(continuation.messages)
+        else:  # the run API: the paused turn's own messages plus the answers
+            messages = continuation_messages(request.state, continuation.approvals)
+        verified = frozenset(a.approval_id for a in continuation.approvals)
+        options = request.call_options if request.call_options is not None else paused.call_options
+        return hi.GeneratorTurn(self._start(messages, options, verified))
 
-    def stream(self, session_id: str, messages: list[ModelMessage]) -> AsyncIterator[AgentEvent]:
-        """Start a turn on the conversation ``messages``."""
+    def _start(
+        self, messages: list[ModelMessage], call_options: dict[str, Any] | None, verified: frozenset[str]
+    ) -> AsyncGenerator[hi.HarnessEvent, None]:
+        """A turn on the conversation ``messages`` with the run's validated ``call_options``;
+        ``verified``: the approval ids whose answers (in the last tool message) may execute."""
         if not self.allow_system_in_messages and any(isinstance(m, SystemMessage) for m in messages):
             raise AgentConfigError("system messages are not allowed in the messages (use instructions)")
-        return self._guard(LoopTurnState(messages=list(messages)), replay=False, fresh=True)
+        state = LoopTurnState(messages=list(messages), call_options=call_options, runtime_context=self.runtime_context)
+        return self._guard(state, replay=False, fresh=True, verified=verified)
 
-    def continue_stream(
-        self, session_id: str, continue_from: dict[str, Any], *, replay_step: bool = False
-    ) -> AsyncIterator[AgentEvent]:
-        """Continue a turn from its last boundary."""
-        return self._guard(LoopTurnState.model_validate(continue_from), replay=replay_step, fresh=False)
+    async def on_cancel(self, notice: hi.CancelNotice) -> None:
+        """A cancel through the API ended the run: ``on_abort`` with the steps that finished."""
+        turn = notice.state
+        await self._callback("abort", LoopTurnState.model_validate(turn).steps if turn else [])
+
+    def run_result(self, turn: Any) -> dict[str, Any]:
+        """The JSON result of a turn (see :class:`~durable_harness.agent.results.TurnResult`)."""
+        if turn is None:
+            return empty_result().to_dict()
+        return turn_result(LoopTurnState.model_validate(turn), signer=self.sign_approval).to_dict()
+
+    async def generate(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: Sequence[ModelMessage] = (),
+        call_options: BaseModel | Mapping[str, Any] | None = None,
+    ) -> TurnResult:
+        """Run a turn in memory, without streaming, and return its result (the AI SDK's ``generate``).
+
+        ``prompt`` is appended to ``messages`` as a user message. A turn that pauses for approval
+        returns with ``pending_approvals`` and signed requests in ``response_messages``: append those,
+        then a tool message with ``ToolApprovalResponsePart`` answers, and call again. A failed model
+        call or an answer that does not parse as the output raises. Nothing is checkpointed (use the
+        HTTP API for durable runs); cancelling the task calls ``on_abort``.
+        """
+        conversation = [m.model_copy(deep=True) for m in messages]  # the turn adds to its last message
+        if prompt is not None:
+            conversation.append(UserMessage(content=[TextPart(text=prompt)]))
+        if not conversation:
+            raise AgentConfigError("generate() needs a prompt or messages")
+        raw = call_options.model_dump(mode="json") if isinstance(call_options, BaseModel) else call_options
+        options = self.parse_call_options(raw) if raw is not None else None
+        events = self._start(conversation, options, self._signed_answers(conversation))
+        return await collect_result(
+            events, on_abort=lambda steps: self._callback("abort", steps), signer=self.sign_approval
+        )
+
+    def _signed_answers(self, messages: list[ModelMessage]) -> frozenset[str]:
+        """In memory (``generate``), with no runner: the answers whose signature this agent verifies."""
+        return frozenset(
+            a.request.approval_id
+            for a in match_approvals(messages)
+            if self.approval_secret.verify(
+                a.request.signature, a.request.approval_id, a.call.tool_call_id, a.call.tool_name, a.call.input
+            )
+        )
 
     # --- the loop ----------------------------------------------------------------------------------
 
-    async def _guard(self, state: LoopTurnState, *, replay: bool, fresh: bool) -> AsyncIterator[AgentEvent]:
+    async def _guard(
+        self, state: LoopTurnState, *, replay: bool, fresh: bool, verified: frozenset[str] = frozenset()
+    ) -> AsyncGenerator[hi.HarnessEvent, None]:
+        # A cancelled task is not an abort here: the durable runner resumes the run later, or ends
+        # it through on_cancelled (a cancel through the API). The total time limit is an abort.
         try:
-            async for event in self._run(state, replay=replay, fresh=fresh):
+            async for event in self._run(state, replay=replay, fresh=fresh, verified=verified):
                 yield event
+        except RunTimeoutError:
+            await self._callback("abort", state.steps)
+            raise
         except (ModelError, OutputError) as exc:
             await self._callback("error", exc)
             raise
-        except asyncio.CancelledError:
-            await self._callback("abort", state.steps)
-            raise
 
-    async def _run(self, state: LoopTurnState, *, replay: bool, fresh: bool) -> AsyncIterator[AgentEvent]:
+    async def _run(
+        self, state: LoopTurnState, *, replay: bool, fresh: bool, verified: frozenset[str]
+    ) -> AsyncIterator[hi.HarnessEvent]:
         if fresh:
-            await self._prepare_call(state)
+            await self.preparation.call(state)
+            last = state.messages[-1] if state.messages else None
+            state.response_start = len(state.messages)
+            state.input_tool_parts = len(last.content) if isinstance(last, ToolMessage) else None
             await self._callback("start", state.messages)
-            calls, denied = answered_approvals(state.messages, self.approval_secret, self.tools)
-            if calls or denied:
-                state.phase, state.approval_step, state.step_calls = "tools", True, calls
-                for chunk in denied:
-                    yield chunk
-                yield Boundary("model", dump_state(state))
+            actions = answered_approvals(state.messages, verified, self.tools)
+            refuse_provider_approvals(state.messages, actions.refused)
+            if actions.runnable or actions.denied:  # (the runner shows the denials to the client)
+                state.phase, state.approval_step, state.step_calls = "tools", True, actions.runnable
+                yield hi.Checkpoint(dump_state(state))
         elif state.phase == "tools" and replay:
-            for event in self._replay_step(state):
+            for event in replay_events(state):
                 yield event
         while True:
             if state.phase == "tools":
                 async for event in self._tools_phase(state):
                     yield event
-            if state.pending_approvals or state.client_calls or self._should_stop(state):
+            if state.paused or state.client_calls or self._should_stop(state):
                 break
             async for event in self._model_phase(state):
                 yield event
@@ -221,11 +310,12 @@ class ToolLoopAgent:
             return True
         return False
 
-    async def _model_phase(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+    async def _model_phase(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         total = self.timeout.total
-        if total is not None and time.time() - state.started_at > total:
-            raise ModelError(f"The run exceeded its total time limit of {total:g} s.")
-        options = await self._step_options(state)
+        deadline = None if total is None else state.started_at + total
+        if deadline is not None and time.time() >= deadline:
+            raise RunTimeoutError(f"The run exceeded its total time limit of {total:g} s.")
+        options = await self.preparation.step(state)
         model = resolve_model_spec(options.model) if options.model else self.model
         active = options.active_tools
         request = ModelRequest(
@@ -233,14 +323,15 @@ class ToolLoopAgent:
             messages=options.messages,
             tools=[t.definition() for t in self.tools.values() if active is None or t.name in active],
             tool_choice=options.tool_choice,
-            response_format=self.output.model_json_schema() if self.output else None,
+            response_format=self.output.response_format() if self.output else None,
             settings=options.settings,
         )
         await self._callback("step_start", state.step, options)
         result = StepResult()
+        validate = lambda part: validate_call(part, self.tools, self.repair_tool_call)  # noqa: E731
         async for item in stream_model_step(
-            model, request, result, validate=self._validate_call, max_retries=self.max_retries,
-            timeouts=self.timeout, retry_initial_delay=self.retry_initial_delay, sleep=self.sleep,
+            model, request, result, validate=validate, max_retries=self.max_retries, timeouts=self.timeout,
+            retry_initial_delay=self.retry_initial_delay, sleep=self.sleep, deadline=deadline,
         ):  # fmt: skip
             yield item
         state.messages.append(AssistantMessage(content=[c for c in result.content if not is_empty_part(c)]))
@@ -255,23 +346,24 @@ class ToolLoopAgent:
             )
         )  # fmt: skip
         state.step_calls, state.step_outcomes, state.reported = result.calls, [], 0
+        state.provider_approvals = list(result.provider_approvals)
         if result.calls:
             state.phase, state.approval_step = "tools", False
-            yield Boundary("model", dump_state(state))
+            yield hi.Checkpoint(dump_state(state))
         else:
             async for event in self._end_step(state):
                 yield event
 
-    async def _tools_phase(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+    async def _tools_phase(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         runnable: list[StepCall] = []
         if not state.approval_step:
-            for event in self._sort_calls(state, runnable):
+            for event in await self._sort_calls(state, runnable):
                 yield event
         else:
             runnable = list(state.step_calls)
         async for item in self.runner.run_step(state, runnable):
             if item is None:
-                yield Boundary("tool-result", dump_state(state))
+                yield hi.Checkpoint(dump_state(state))
             else:
                 yield item
         waiting = set(state.pending_approvals) | set(state.client_calls)
@@ -285,20 +377,20 @@ class ToolLoopAgent:
         async for event in self._end_step(state):
             yield event
 
-    def _sort_calls(self, state: LoopTurnState, runnable: list[StepCall]) -> list[AgentEvent]:
+    async def _sort_calls(self, state: LoopTurnState, runnable: list[StepCall]) -> list[hi.HarnessEvent]:
         """Split the step's calls: run now, wait for approval, or leave to the client."""
         if state.pending_approvals or state.client_calls or state.step_outcomes:
             # Sorted already before a checkpoint: recompute the same split without new events.
             waiting = set(state.pending_approvals) | set(state.client_calls)
             runnable.extend(c for c in state.step_calls if c.tool_call_id not in waiting)
             return []
-        events: list[AgentEvent] = []
+        events: list[hi.HarnessEvent] = []
         assistant = state.messages[-1]
         for call in state.step_calls:
             tool = self.tools.get(call.tool_name)
             if call.invalid_error is None and tool is not None and tool.client_side:
                 state.client_calls.append(call.tool_call_id)
-            elif call.invalid_error is None and tool is not None and self._needs_approval(tool, call, state):
+            elif call.invalid_error is None and tool is not None and await self._needs_approval(tool, call, state):
                 state.pending_approvals.append(call.tool_call_id)
                 approval_id = approval_id_for(call.tool_call_id)
                 events.append(hp.ToolApprovalRequestPart(approval_id=approval_id, tool_call_id=call.tool_call_id))
@@ -310,14 +402,14 @@ class ToolLoopAgent:
                 runnable.append(call)
         return events
 
-    def _needs_approval(self, tool: Tool, call: StepCall, state: LoopTurnState) -> bool:
+    async def _needs_approval(self, tool: Tool, call: StepCall, state: LoopTurnState) -> bool:
         try:
             validated = tool.validate(call.input)
         except ToolError:
             return False  # invalid input never runs; it is reported as an error instead
-        return tool.approval_needed(validated, self.runner.context(call, state.messages))
+        return await tool.approval_needed(validated, self.runner.context(call, state))
 
-    async def _end_step(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
+    async def _end_step(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         if not state.approval_step:
             state.step += 1
         state.phase, state.approval_step = "model", False
@@ -329,90 +421,32 @@ class ToolLoopAgent:
         )
         if state.steps:
             await self._callback("step_end", state.steps[-1])
-        yield Boundary("step", dump_state(state))
+        yield hi.Checkpoint(dump_state(state))  # after finish-step: a slice point
 
-    async def _end(self, state: LoopTurnState) -> AsyncIterator[AgentEvent]:
-        output = self._parse_output(state) if self.output and not state.pending_approvals else None
-        reason, raw = state.step_finish_reason, None
-        if state.stop_reason == "token_budget":
-            reason, raw = "length", "token-budget"
+    async def _end(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
+        # End callbacks run before the output is checked (as in the seed): on_end gets the output
+        # when it parses, None when it does not, and the run then fails with the parse error.
+        output, problem = None, None
+        if self.output is not None and not state.paused:
+            try:
+                output = self.output.parse(state.steps[-1].text if state.steps else "")
+            except OutputError as exc:
+                problem = exc
+        usage = Usage(input_tokens=state.total_usage[0], output_tokens=state.total_usage[1])
+        await self._callback("end", state.steps, output, usage)
+        if problem is not None:
+            raise problem
+        reason, raw = finish_reason_of(state)
         yield hp.FinishPart(
             finish_reason=hp.FinishReason(unified=reason, raw=raw),  # type: ignore[arg-type]
             total_usage=usage_of(state.total_usage),
         )
-        await self._callback("end", state.steps, output)
-        yield Boundary("approval" if state.pending_approvals else "end", dump_state(state), output)
-
-    def _parse_output(self, state: LoopTurnState) -> Any:
-        assert self.output is not None
-        text = state.steps[-1].text if state.steps else ""
-        try:
-            return self.output.model_validate_json(text.strip()).model_dump(mode="json")
-        except ValidationError as exc:
-            raise OutputError(f"The model's final answer is not valid {self.output.__name__} output: {exc}") from exc
-
-    def _replay_step(self, state: LoopTurnState) -> list[AgentEvent]:
-        """What the client had seen of the current step before ``reset-step`` removed it."""
-        events: list[AgentEvent] = []
-        if not state.approval_step:
-            assistant = state.messages[-1]
-            assert isinstance(assistant, AssistantMessage)
-            invalid = {c.tool_call_id: c for c in state.step_calls if c.invalid_error and not c.silent}
-            events += content_events(assistant, invalid)
-        by_id = {o.tool_call_id: o for o in state.step_outcomes}
-        for call in state.step_calls[: state.reported]:
-            if call.tool_call_id in by_id:
-                events += result_events(call, by_id[call.tool_call_id])
-        return events
-
-    # --- helpers -----------------------------------------------------------------------------------
-
-    async def _validate_call(self, part: hp.ToolCallPart) -> StepCall:
-        call = parse_call(part, self.tools)
-        if call.invalid_error is not None and self.repair_tool_call is not None:
-            repaired = await maybe_await(
-                self.repair_tool_call(part.tool_call_id, part.tool_name, part.input, call.invalid_error, self.tools)
-            )
-            if repaired is not None:
-                name, text = repaired
-                fixed = parse_call(
-                    hp.ToolCallPart(tool_call_id=part.tool_call_id, tool_name=name, input=text), self.tools
-                )
-                if fixed.invalid_error is None:
-                    return fixed
-        return call
-
-    async def _prepare_call(self, state: LoopTurnState) -> None:
-        options = self._base_options(state, CallOverrides())
-        if self.prepare_call is not None:
-            changed = await maybe_await(self.prepare_call(options))
-            options = changed or options
-            state.messages = list(options.messages)
-        state.prepared = CallOverrides(
-            model=options.model, instructions=options.instructions, tool_choice=options.tool_choice,
-            active_tools=options.active_tools, settings=options.settings,
-        )  # fmt: skip
-
-    async def _step_options(self, state: LoopTurnState) -> CallOptions:
-        options = self._base_options(state, state.prepared or CallOverrides())
-        if self.prepare_step is not None:
-            options = (await maybe_await(self.prepare_step(options))) or options
-        return options
-
-    def _base_options(self, state: LoopTurnState, prepared: CallOverrides) -> CallOptions:
-        return CallOptions(
-            step_number=state.step,
-            messages=list(state.messages),
-            instructions=prepared.instructions if prepared.instructions is not None else self.instructions,
-            model=prepared.model,
-            tool_choice=prepared.tool_choice if prepared.tool_choice is not None else self.tool_choice,
-            active_tools=prepared.active_tools if prepared.active_tools is not None else self.active_tools,
-            settings={**self.settings, **prepared.settings},
-            steps=list(state.steps),
-            runtime_context=self.runtime_context,
-        )
+        yield hi.Checkpoint(dump_state(state), output)
 
     async def _callback(self, name: str, *args: Any) -> None:
         callback = self.callbacks.get(name)
-        if callback is not None:
-            await maybe_await(callback(*args))
+        if callback is None:
+            return
+        if name == "end" and not accepts_positional(callback, 3):
+            args = args[:2]  # on_end(steps, output) from before the total usage was passed
+        await maybe_await(callback(*args))

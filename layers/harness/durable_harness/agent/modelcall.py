@@ -4,6 +4,11 @@ The parts of the call are passed on as they arrive (the runner translates them t
 collected into the step's assistant message. A retryable failure is retried like the AI SDK does
 (two retries, 2 s then 4 s, honouring the provider's retry-after hint); if the failed attempt had
 already streamed something, ``reset-step`` tells the client to drop it first.
+
+The run's total time limit is a wall-clock deadline: it bounds a call that is already streaming
+and the retries (a backoff that would end past it is not waited out), and it is not retried.
+A provider's own ``tool-approval-request`` for a call it executes is recorded in the step, so the
+turn pauses for the user's answer, which goes back to the provider with the next call.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ModelError
+from ..errors import ModelError, RunTimeoutError
 from ..messages import (
     AssistantContent,
     ErrorJsonOutput,
     JsonOutput,
     ReasoningPart,
     TextPart,
+    ToolApprovalRequestPart,
     ToolCallPart,
     ToolResultPart,
 )
@@ -43,6 +49,8 @@ class StepResult:
     finish_reason: str = "stop"
     raw_finish_reason: str | None = None
     usage: tuple[int, int] = (0, 0)
+    provider_approvals: list[str] = field(default_factory=list)
+    """Provider-executed calls (tool call ids) whose approval the model asked for."""
 
     @property
     def text(self) -> str:
@@ -60,21 +68,32 @@ async def stream_model_step(
     timeouts: Timeouts | None = None,
     retry_initial_delay: float = 2.0,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    deadline: float | None = None,
 ) -> AsyncIterator[hp.HarnessStreamPart | UIMessageChunk]:
-    """Run the call, yielding its parts; ``result`` holds the step once iteration ends."""
+    """Run the call, yielding its parts; ``result`` holds the step once iteration ends.
+
+    ``deadline`` (``time.time()`` seconds) is the run's total time limit: past it the call is
+    cut and :class:`RunTimeoutError` raised, never retried.
+    """
     timeouts = timeouts or Timeouts()
     attempt = 0
     while True:
         fresh = StepResult()
         streamed = False
         try:
-            async for item in _one_attempt(model, request, fresh, validate, timeouts):
+            async for item in _one_attempt(model, request, fresh, validate, timeouts, deadline):
                 streamed = True
                 yield item
+        except RunTimeoutError:
+            raise
         except ModelError as exc:
             if not exc.retryable or attempt >= max_retries:
                 raise
             delay = retry_delay(attempt, exc.retry_after, initial=retry_initial_delay)
+            if deadline is not None and time.time() + delay >= deadline:
+                raise RunTimeoutError(
+                    f"The run reached its total time limit before the model call could be retried ({exc})."
+                ) from exc
             attempt += 1
             if streamed:
                 yield ResetStepChunk()
@@ -86,11 +105,17 @@ async def stream_model_step(
             fresh.raw_finish_reason,
             fresh.usage,
         )
+        result.provider_approvals = fresh.provider_approvals
         return
 
 
 async def _one_attempt(
-    model: LanguageModel, request: ModelRequest, result: StepResult, validate: Validator, timeouts: Timeouts
+    model: LanguageModel,
+    request: ModelRequest,
+    result: StepResult,
+    validate: Validator,
+    timeouts: Timeouts,
+    deadline: float | None,
 ) -> AsyncIterator[hp.HarnessStreamPart | UIMessageChunk]:
     blocks: dict[str, TextPart | ReasoningPart] = {}
     stream = model.stream(request)
@@ -98,7 +123,7 @@ async def _one_attempt(
     first = True
     try:
         while True:
-            part = await _next(stream, timeouts, began, first)
+            part = await _next(stream, timeouts, began, first, deadline)
             if part is None:
                 return
             first = False
@@ -119,6 +144,10 @@ async def _one_attempt(
                 continue
             elif isinstance(part, hp.ToolResultPart):
                 result.content.append(_provider_result(part))
+            elif isinstance(part, hp.ToolApprovalRequestPart) and _provider_executed(result, part.tool_call_id):
+                request_part = ToolApprovalRequestPart(approval_id=part.approval_id, tool_call_id=part.tool_call_id)
+                result.content.append(request_part)
+                result.provider_approvals.append(part.tool_call_id)
             elif isinstance(part, hp.FinishPart):
                 result.finish_reason = part.finish_reason.unified
                 result.raw_finish_reason = part.finish_reason.raw
@@ -132,19 +161,32 @@ async def _one_attempt(
         await stream.aclose()  # type: ignore[attr-defined]
 
 
-async def _next(stream: AsyncIterator[Any], timeouts: Timeouts, began: float, first: bool) -> Any:
+async def _next(
+    stream: AsyncIterator[Any], timeouts: Timeouts, began: float, first: bool, deadline: float | None
+) -> Any:
     limits = [t for t in (timeouts.first_chunk if first else timeouts.chunk,) if t]
     if timeouts.step:
         limits.append(max(0.0, timeouts.step - (time.monotonic() - began)))
+    left = None if deadline is None else deadline - time.time()
+    if left is not None and left <= 0:
+        raise RunTimeoutError("The run reached its total time limit while the model was answering.")
     try:
-        if limits:
-            return await asyncio.wait_for(anext(stream), min(limits))
+        if limits or left is not None:
+            return await asyncio.wait_for(anext(stream), min([*limits, *([left] if left is not None else [])]))
         return await anext(stream)
     except StopAsyncIteration:
         return None
     except TimeoutError:
+        if left is not None and (not limits or left <= min(limits)):
+            raise RunTimeoutError("The run reached its total time limit while the model was answering.") from None
         what = "its first chunk" if first else "the next chunk"
         raise ModelError(f"The model call timed out waiting for {what}.", retryable=True) from None
+
+
+def _provider_executed(result: StepResult, tool_call_id: str) -> bool:
+    return any(
+        isinstance(c, ToolCallPart) and c.tool_call_id == tool_call_id and c.provider_executed for c in result.content
+    )
 
 
 async def _tool_call(

@@ -23,12 +23,19 @@ class StepCall(BaseModel):
 
 
 class StepOutcome(BaseModel):
-    """The result of one tool call of the current step."""
+    """The result of one tool call of the current step (what ``on_tool_execution_end`` receives)."""
 
     tool_call_id: str
     tool_name: str
     output: Any = None
     error: str | None = None
+    duration_ms: float | None = Field(default=None, exclude=True)
+    """How long the execution took (set when the tool ran in this process; not checkpointed)."""
+
+    @property
+    def success(self) -> bool:
+        """True when the tool returned a result, False when it failed (``error`` says why)."""
+        return self.error is None
 
 
 class StepSummary(BaseModel):
@@ -57,6 +64,15 @@ class LoopTurnState(BaseModel):
     """The state of a turn of :class:`~durable_harness.agent.loop.ToolLoopAgent`."""
 
     messages: list[ModelMessage]
+    response_start: int | None = None
+    """Where this turn's own messages begin in ``messages`` (None: after the last user message)."""
+    input_tool_parts: int | None = None
+    """For a turn that starts by acting on approvals: the parts of the last input (tool) message
+    before this turn added its tool results there."""
+    call_options: dict[str, Any] | None = None
+    """The run's validated call options (the client's ``body`` fields, or an event's)."""
+    runtime_context: Any = None
+    """The shared agent state tools see; ``prepare_call`` / ``prepare_step`` may replace it."""
     started_at: float = Field(default_factory=time.time)
     prepared: CallOverrides | None = None
     step: int = 0
@@ -68,9 +84,16 @@ class LoopTurnState(BaseModel):
     reported: int = 0
     """How many of ``step_calls`` (in order) have had their result sent to the client."""
     pending_approvals: list[str] = Field(default_factory=list)
+    provider_approvals: list[str] = Field(default_factory=list)
+    """Provider-executed calls whose approval the model asked for (answered back to the provider)."""
     client_calls: list[str] = Field(default_factory=list)
     step_finish_reason: str = "stop"
     step_usage: tuple[int, int] = (0, 0)
     total_usage: tuple[int, int] = (0, 0)
     steps: list[StepSummary] = Field(default_factory=list)
     stop_reason: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        """True while the turn waits for the user's approval of host or provider-executed calls."""
+        return bool(self.pending_approvals or self.provider_approvals)

@@ -9,7 +9,7 @@
 
 A tool without ``execute`` is a client-side tool: the turn ends when the model calls it, and its
 output arrives with the next turn's messages. ``needs_approval`` (a bool, or a function of the
-input and the :class:`ToolContext`) pauses the turn for the user's signed approval.
+input and the :class:`ToolContext`, sync or async) pauses the turn for the user's signed approval.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from pydantic import BaseModel, ValidationError
 from ..errors import AgentConfigError, ToolError
 from ..messages import ModelMessage
 from ..models.base import ToolDefinition
+from .pool import run_in_tool_thread
 from .schema import schema_errors
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
+NeedsApproval = bool | Callable[[Any, "ToolContext"], "bool | Awaitable[bool]"]
+"""``needs_approval``: a bool, or a function (sync or async) of the validated input and the context."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ class Tool:
     ``input_model`` (pydantic) validates the input and gives the JSON schema the model sees;
     otherwise ``input_schema`` is sent as is and checked for its common keywords. ``execute``
     takes the validated input (and, if it accepts a second argument, the :class:`ToolContext`);
-    sync functions run in a worker thread. ``timeout`` bounds one execution, in seconds.
+    sync functions run on the tool thread pool (:mod:`.pool`, ``TOOL_THREADS``). ``timeout`` bounds
+    one execution, in seconds.
     ``context_model`` validates this tool's entry of the agent's ``tools_context``.
     """
 
@@ -58,7 +62,7 @@ class Tool:
     description: str = ""
     input_model: type[BaseModel] | None = None
     input_schema: dict[str, Any] = field(default_factory=dict)
-    needs_approval: bool | Callable[[Any, ToolContext], bool] = False
+    needs_approval: NeedsApproval = False
     timeout: float | None = None
     context_model: type[BaseModel] | None = None
 
@@ -95,10 +99,13 @@ class Tool:
             )
             raise ToolError(f"Invalid input for tool {self.name}: {problems}") from exc
 
-    def approval_needed(self, validated_input: Any, context: ToolContext) -> bool:
-        """Whether this call must wait for the user's approval."""
+    async def approval_needed(self, validated_input: Any, context: ToolContext) -> bool:
+        """Whether this call must wait for the user's approval (an async ``needs_approval`` is awaited)."""
         if callable(self.needs_approval):
-            return bool(self.needs_approval(validated_input, context))
+            decision = self.needs_approval(validated_input, context)
+            if inspect.isawaitable(decision):
+                decision = await decision
+            return bool(decision)
         return self.needs_approval
 
     async def run(self, validated_input: Any, context: ToolContext) -> Any:
@@ -109,7 +116,7 @@ class Tool:
         if inspect.iscoroutinefunction(self.execute):
             work: Awaitable[Any] = self.execute(*args)
         else:
-            work = asyncio.to_thread(self.execute, *args)
+            work = run_in_tool_thread(self.execute, *args)  # the tool pool: never the storage threads
         try:
             result = await asyncio.wait_for(work, self.timeout) if self.timeout else await work
         except TimeoutError:
@@ -126,6 +133,17 @@ def _positional_count(function: Callable[..., Any]) -> int:
         return 1
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return sum(1 for p in parameters if p.kind in kinds)
+
+
+def accepts_positional(function: Callable[..., Any], count: int) -> bool:
+    """True when ``function`` can be called with ``count`` positional arguments (``*args`` included)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return True
+    return _positional_count(function) >= count
 
 
 def to_json_value(value: Any) -> Any:
@@ -152,7 +170,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    needs_approval: bool | Callable[[Any, ToolContext], bool] = False,
+    needs_approval: NeedsApproval = False,
     timeout: float | None = None,
 ) -> Callable[[ToolFunction], Tool]: ...
 
@@ -163,7 +181,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    needs_approval: bool | Callable[[Any, ToolContext], bool] = False,
+    needs_approval: NeedsApproval = False,
     timeout: float | None = None,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a :class:`Tool` of a function whose first argument is annotated with a pydantic model.

@@ -1,31 +1,31 @@
 """The deployed chunk log: one DynamoDB item per append, large appends in S3 (D4).
 
-Layout. An append (one group-commit flush) is one item in the runs table, next to the run record:
-``pk=<run_id>, sk="c#<start>"`` with ``n`` (chunks), ``e`` (the writer's epoch), ``w`` (a random
-id of the write), ``t`` (when it was sent, epoch ms), ``d`` (the chunks, one per line;
-zlib-compressed as binary when that is smaller) and ``expires_at`` (TTL). An append larger than
-``spill_bytes`` goes to an S3 object first and its item holds the object's key ``k`` instead of
-``d``: the item stays the commit point, so an object whose item was never written is never read
-(the bucket's lifecycle rule removes it). The log's count is the end of its last item. Items are
-contiguous: every append starts where the previous one ended.
+Layout (keys in :mod:`._logitems`, S3 objects in :mod:`._logseal`). An append (one group-commit
+flush) is one item in the runs table, next to the run record: ``pk=<run_id>,
+sk="c#<gen>#<start>"`` with ``n`` (chunks), ``e`` (the writer's epoch), ``w`` (a random id of the
+write), ``t`` (when it was sent, epoch ms), ``d`` (the chunks, one per line; zlib-compressed as
+binary when smaller) and ``expires_at``. An append over ``spill_bytes`` goes to an S3 object first
+and its item holds the key ``k`` instead: the item stays the commit point. The log's count is the
+end of its last item; items are contiguous.
 
-Writing. An append is one ``PutItem`` at its start, conditional on
-``attribute_not_exists(pk) OR (n = 0 AND e <= :epoch)``: nothing can overwrite committed chunks,
-so two writers can never both commit at one index. A lost reply is recognized on botocore's retry
-by the write id. An item with ``n = 0`` is a *marker*: ``open`` writes one at the log's end.
+Incarnations. ``<gen>`` names the incarnation of the run id: the run record's creation writes the
+empty log of its generation (the segment index ``c#<gen>#~``, sealed 0) in the same transaction,
+and a later incarnation's keys sort after an earlier one's. Readers and writers take the top of
+the run's ``c#`` keys as the current log, so a run id used again after its record expired starts
+with an empty log and never sees the old one's items, which stay (with their TTL) below it.
+
+Items carry the same TTL as the run's S3 objects (``ttl_seconds``: the runtime passes the chunk
+retention), so they outlive the run record.
 
 Fencing, without a head item: the last item's epoch is the fence. ``open(e)`` reads the last item
-(fenced if its epoch is newer) and puts its marker at the end; only an epoch at least as new may
-replace a marker. A writer of an older epoch appends only at the end as it knows it, which is
-either taken by the marker or by chunks written after it, so it fails; and an older ``open``
-that comes later sees the newer epoch in the last item. So the last item's epoch only ever rises,
-and after ``open(e)`` returns no older epoch can append.
+(fenced if its epoch is newer) and puts a marker (``n=0``) at the log's end; an append is a
+``PutItem`` conditional on ``attribute_not_exists(pk) OR (n = 0 AND e <= :epoch)``, so nothing
+overwrites committed chunks, and after ``open(e)`` returns no older epoch can append. A lost reply
+is recognized on botocore's retry by the write id.
 
 Requests: an append is 1 PutItem (plus 1 PutObject when it spills); ``open`` 1 Query + 1 PutItem;
-``count`` 1 Query; a follower's ``read`` at the end of what it read 1 Query, whether or not
-anything is new; ``tail`` (a resume at the end) 1 Query. A cold ``read`` at an index it does not
-know to be an append boundary adds one Query, sent in parallel. Committed appends are cached, and
-the send times of the appends read tell a follower when the next one is due (``next_commit``).
+``count`` and ``tail`` 1 Query; a follower's ``read`` at the end of what it read 1 Query, whether
+or not anything is new. A cold ``read`` adds the Query that finds the current generation.
 """
 
 from __future__ import annotations
@@ -35,16 +35,17 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import FencedError, LogConflictError, StorageError
 from ..storage.memory import check_chunks, check_read_args
-from ._errors import aws_errors, error_code, error_item, translate
-from ._logcache import Cadence, SegmentCache
-from ._logitems import FIRST_KEY, LAST_KEY, MAX_INDEX, LogItem, decode_chunks, encode_chunks, sort_key
+from ._errors import error_code, error_item, translate
+from ._logitems import MAX_INDEX, LogItem, chunk_key, decode_item, encode_chunks, generation
+from ._logread import LogReader, Top, lk
+from ._logseal import Segments
 
 __all__ = ["DynamoChunkLog"]
 
@@ -54,13 +55,22 @@ _CONDITION = "attribute_not_exists(pk) OR (#n = :zero AND #e <= :e)"
 _NAMES = {"#n": "n", "#e": "e"}
 
 
+@dataclass(frozen=True)
+class _Writer:
+    """A log as this object last wrote it: an append at ``end`` by ``epoch`` needs no read."""
+
+    gen: str
+    epoch: int
+    end: int
+
+
 class DynamoChunkLog:
     """A :class:`~durable_harness.ports.ChunkLog` in the runs table (and S3 for large appends).
 
     ``table_name`` is the runs table; ``bucket`` and ``s3_client`` hold appends over
-    ``spill_bytes`` (after compression). ``ttl_seconds`` (``None``: never) sets the items'
-    ``expires_at``. ``cache_bytes`` bounds the cache of committed appends; ``max_workers`` the
-    parallel requests of one read.
+    ``spill_bytes`` (after compression). ``ttl_seconds`` (``None``: never) sets the items' ``expires_at``.
+    ``cache_bytes`` bounds the cache of committed chunks; ``max_workers`` the parallel requests
+    of one read.
     """
 
     def __init__(
@@ -82,20 +92,24 @@ class DynamoChunkLog:
             raise ValueError("spill_bytes must be in (0, 350000]: a DynamoDB item holds at most 400 KB")
         self._table = table_name
         self._ddb = dynamodb_client
-        self._s3 = s3_client
-        self._bucket = bucket
-        self._prefix = prefix
         self._spill = spill_bytes
         self._ttl = ttl_seconds
         self._clock = clock
-        self._cache = SegmentCache(cache_bytes)
-        self._max_workers = max_workers
-        self._pool: ThreadPoolExecutor | None = None
+        self._segments = Segments(
+            s3_client=s3_client, bucket=bucket, prefix=prefix, dynamodb_client=dynamodb_client, table_name=table_name
+        )
+        self._r = LogReader(
+            dynamodb_client=dynamodb_client,
+            table_name=table_name,
+            segments=self._segments,
+            cache_bytes=cache_bytes,
+            max_workers=max_workers,
+            clock=clock,
+        )
         self._lock = threading.Lock()
-        # Per run, (epoch, end) as this object last wrote the log: an append there needs no read.
-        # Dropped on any error, so a lost reply can never leave it wrong.
-        self._writers: dict[str, tuple[int, int]] = {}
-        self._cadence = Cadence()
+        # Per run, the log as this object last wrote it. Dropped on any error, so a lost reply can
+        # never leave it wrong.
+        self._writers: dict[str, _Writer] = {}
 
     # --- the port ----------------------------------------------------------------------------------
 
@@ -104,11 +118,11 @@ class DynamoChunkLog:
         self._check(run_id, epoch)
         self._forget(run_id)
         for _ in range(_OPEN_ATTEMPTS):
-            last = self._last(run_id)
-            end = self._fence_check(run_id, last, epoch)
-            old = self._put(run_id, end, epoch, secrets.token_hex(8), None)
+            top = self._r.top(run_id, 0) or Top(generation(None, None), None, [])
+            end = self._fence_check(run_id, top, epoch)
+            old = self._put(run_id, top.gen, end, epoch, secrets.token_hex(8), None)
             if old is None:
-                self._remember(run_id, epoch, end)
+                self._remember(run_id, _Writer(top.gen, epoch, end))
                 return end
             if old.epoch > epoch:
                 raise self._fenced(run_id, epoch, old.epoch)
@@ -119,18 +133,20 @@ class DynamoChunkLog:
         """Append ``chunks`` at ``start`` as one item, all or nothing; returns the new count."""
         check_chunks(chunks)
         self._check(run_id, epoch)
-        known = self._writers.get(run_id)
-        if known is not None and epoch < known[0]:
+        writer = self._writers.get(run_id)
+        if writer is not None and epoch < writer.epoch:
             # Fences only rise, so what this object wrote with is a lower bound: no request needed.
-            raise self._fenced(run_id, epoch, known[0])
+            raise self._fenced(run_id, epoch, writer.epoch)
         try:
-            if known != (epoch, start):
-                end = self._fence_check(run_id, self._last(run_id), epoch)
+            if writer is None or (writer.epoch, writer.end) != (epoch, start):
+                top = self._r.top(run_id, 0) or Top(generation(None, None), None, [])
+                end = self._fence_check(run_id, top, epoch)
                 if end != start:
                     raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {end} chunks")
+                writer = _Writer(top.gen, epoch, end)
             if not chunks:
                 return start  # an empty item would take the key of the next real one
-            return self._append(run_id, start, tuple(chunks), epoch)
+            return self._append(run_id, writer, tuple(chunks))
         except BaseException:
             self._forget(run_id)
             raise
@@ -141,59 +157,28 @@ class DynamoChunkLog:
         self._check(run_id, 0)
         if limit == 0:
             return []
-        stop = None if limit is None else start + limit
-        out: list[str] = []
-        pos = self._take_cached(run_id, start, stop, out)
-        if stop is not None and pos >= stop:
-            return out
-        if pos != start or self._cache.is_boundary(run_id, pos):
-            items = self._forward(run_id, pos, stop)
-        else:
-            # Somewhere inside an append this process has not seen: find the item holding it
-            # while the items after it are read.
-            holder = self._executor().submit(self._query, run_id, FIRST_KEY, sort_key(pos), False, 1)
-            after = self._forward(run_id, pos + 1, stop) if pos + 1 < MAX_INDEX else []
-            before = holder.result()
-            if not before or before[0].end <= pos:
-                if any(item.n for item in after):
-                    raise StorageError(f"run {run_id!r}: chunk log has no item holding chunk {pos}")
-                return out  # past the end
-            items = [before[0], *after]
-        self._stitch(run_id, items, pos, stop, out)
-        return out
+        return self._r.read(run_id, start, None if limit is None else start + limit)
 
     def count(self, run_id: str) -> int:
         """The number of chunks in the run's log (0 for a log never written)."""
         self._check(run_id, 0)
-        last = self._last(run_id)
-        if last is None:
+        top = self._r.top(run_id, 0)
+        if top is None:
             return 0
-        self._cache.note_boundaries(run_id, last.end)
-        return last.end
+        self._r.cache.note_boundaries(lk(run_id, top.gen), top.end)
+        return top.end
 
     def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
         """The log's count and its last ``n`` chunks (all of them if fewer), in one read."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         self._check(run_id, 0)
-        items: list[LogItem] = []
-        got, key, page = 0, LAST_KEY, min(n + 1, 16)
-        while True:
-            found = self._query(run_id, FIRST_KEY, key, False, page)
-            items += found
-            got += sum(i.n for i in found)
-            if got >= n or len(found) < page or found[-1].start == 0:
-                break
-            key, page = sort_key(found[-1].start - 1), min(n + 1, page * 4)
-        if not items:
+        top = self._r.top(run_id, n)
+        if top is None:
             return 0, []
-        count = items[0].end
-        self._cache.note_boundaries(run_id, count)  # a follower goes on from here
-        items.reverse()
-        first = max(0, count - n)
-        out: list[str] = []
-        self._stitch(run_id, [i for i in items if i.end > first], first, None, out)
-        return count, out
+        count = top.end
+        self._r.cache.note_boundaries(lk(run_id, top.gen), count)  # a follower goes on from here
+        return count, self._r.assemble(run_id, top.gen, top.index, top.items[::-1], max(0, count - n), count)
 
     def next_commit(self, run_id: str) -> float | None:
         """When the run's next append is due (epoch seconds), from the appends this object read.
@@ -203,45 +188,43 @@ class DynamoChunkLog:
         that polls blindly. ``None`` until two appends were seen; the time may be past (the
         writer paused: the model thinks, a tool runs), which the caller treats as unknown.
         """
-        return self._cadence.next_commit(run_id)
+        return self._r.cadence.next_commit(run_id)
 
     def close(self) -> None:
         """Stop the reader's worker threads (a later read starts them again)."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        self._r.close()
 
     # --- writing -----------------------------------------------------------------------------------
 
-    def _append(self, run_id: str, start: int, chunks: tuple[str, ...], epoch: int) -> int:
+    def _append(self, run_id: str, writer: _Writer, chunks: tuple[str, ...]) -> int:
+        start, epoch, gen = writer.end, writer.epoch, writer.gen
         write_id = secrets.token_hex(8)
         encoded = encode_chunks(chunks)
         attribute: dict[str, Any] = {"d": encoded.attribute}
         if encoded.size > self._spill:
-            key = f"{self._prefix}{run_id}/seg/{start:013d}-{epoch}-{write_id}.ndjson"
-            with aws_errors(f"writing chunks {start}.. of run {run_id!r} to S3"):
-                self._s3.put_object(Bucket=self._bucket, Key=key, Body=encoded.raw, ContentType="application/x-ndjson")
+            key = self._segments.spill_key(run_id, gen, start, epoch, write_id)
+            self._segments.put(key, encoded.raw, run_id)
             attribute = {"k": {"S": key}}
-        end = start + len(chunks)
-        old = self._put(run_id, start, epoch, write_id, (len(chunks), attribute))
+        old = self._put(run_id, gen, start, epoch, write_id, (len(chunks), attribute))
         if old is not None and old.write_id != write_id:
             # Not our own earlier attempt (a lost reply botocore retried): someone else's item.
-            last = self._last(run_id)
+            top = self._r.top(run_id, 0)
+            last = top.items[0] if top is not None and top.items else None
             if last is not None and last.epoch > epoch:
                 raise self._fenced(run_id, epoch, last.epoch)
             raise LogConflictError(f"run {run_id!r}: append at {start}, but the log already holds chunks there")
-        self._remember(run_id, epoch, end)
-        self._cache.put(run_id, start, chunks, len(encoded.raw))
+        end = start + len(chunks)
+        self._r.cache.put(lk(run_id, gen), start, chunks, len(encoded.raw))
+        self._remember(run_id, replace(writer, end=end))
         return end
 
     def _put(
-        self, run_id: str, start: int, epoch: int, write_id: str, data: tuple[int, dict[str, Any]] | None
+        self, run_id: str, gen: str, start: int, epoch: int, write_id: str, data: tuple[int, dict[str, Any]] | None
     ) -> LogItem | None:
         """Put a marker (``data`` None) or ``(n, attributes)`` at ``start``; the item in the way, if any."""
         item: dict[str, Any] = {
             "pk": {"S": run_id},
-            "sk": {"S": sort_key(start)},
+            "sk": {"S": chunk_key(gen, start)},
             "n": {"N": str(data[0] if data else 0)},
             "e": {"N": str(epoch)},
             "w": {"S": write_id},
@@ -249,8 +232,9 @@ class DynamoChunkLog:
         if data is not None:
             item.update(data[1])
         item["t"] = {"N": str(int(self._clock() * 1000))}  # lets followers learn the flush cadence
-        if self._ttl is not None:
-            item["expires_at"] = {"N": str(int(self._clock()) + self._ttl)}
+        expires_at = self._expiry()
+        if expires_at is not None:
+            item["expires_at"] = {"N": str(expires_at)}
         try:
             self._ddb.put_item(
                 TableName=self._table,
@@ -264,140 +248,39 @@ class DynamoChunkLog:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
             old = error_item(exc)
-            if old is None:
+            found = decode_item(old, run_id) if old else None
+            if not isinstance(found, LogItem):
                 raise StorageError(f"run {run_id!r}: a chunk log write failed its condition, no item") from None
-            return LogItem.of(old, run_id)
+            return found
         except BotoCoreError as exc:
             raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
         return None
 
-    def _fence_check(self, run_id: str, last: LogItem | None, epoch: int) -> int:
+    def _fence_check(self, run_id: str, top: Top, epoch: int) -> int:
         """The log's end, if ``epoch`` may write there (else ``FencedError``)."""
-        if last is None:
-            return 0
-        if last.epoch > epoch:
+        last = top.items[0] if top.items else None
+        if last is not None and last.epoch > epoch:
             raise self._fenced(run_id, epoch, last.epoch)
-        return last.end
+        return top.end
 
     @staticmethod
     def _fenced(run_id: str, epoch: int, fence: int) -> FencedError:
         return FencedError(f"run {run_id!r}: epoch {epoch} is older than the log's fence {fence}")
 
-    def _remember(self, run_id: str, epoch: int, end: int) -> None:
+    def _remember(self, run_id: str, writer: _Writer) -> None:
         with self._lock:
-            self._writers[run_id] = (epoch, end)
-        self._cache.note_boundaries(run_id, end)
+            self._writers[run_id] = writer
+        self._r.learn(run_id, writer.gen)
+        self._r.cache.note_boundaries(lk(run_id, writer.gen), writer.end)
 
     def _forget(self, run_id: str) -> None:
         with self._lock:
             self._writers.pop(run_id, None)
 
-    # --- reading -----------------------------------------------------------------------------------
+    def _expiry(self) -> int | None:
+        return None if self._ttl is None else int(self._clock()) + self._ttl
 
-    def _last(self, run_id: str) -> LogItem | None:
-        found = self._query(run_id, FIRST_KEY, LAST_KEY, False, 1)
-        return found[0] if found else None
-
-    def _query(self, run_id: str, low: str, high: str, forward: bool, limit: int | None) -> list[LogItem]:
-        """Items with keys in ``[low, high]``, in order (at most ``limit``), strongly consistent."""
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :low AND :high",
-            "ExpressionAttributeValues": {":pk": {"S": run_id}, ":low": {"S": low}, ":high": {"S": high}},
-            "ScanIndexForward": forward,
-            "ConsistentRead": True,
-        }
-        if limit is not None:
-            request["Limit"] = limit
-        items: list[LogItem] = []
-        while True:
-            with aws_errors(f"reading the chunk log of run {run_id!r}"):
-                page = self._ddb.query(**request)
-            items += [LogItem.of(item, run_id) for item in page.get("Items", ())]
-            last_key = page.get("LastEvaluatedKey")
-            if not last_key or (limit is not None and len(items) >= limit):
-                return items
-            request["ExclusiveStartKey"] = last_key
-            if limit is not None:
-                request["Limit"] = limit - len(items)
-
-    def _forward(self, run_id: str, pos: int, stop: int | None) -> list[LogItem]:
-        """The items from the one starting at ``pos`` on, enough to reach ``stop`` (all: None)."""
-        if stop is None:
-            return self._query(run_id, sort_key(pos), LAST_KEY, True, None)
-        items: list[LogItem] = []
-        key, got = sort_key(pos), 0
-        while got < stop - pos:
-            # Each item holds at least one chunk (only the last may be a marker), so this many
-            # items always suffice; the cache keeps whatever is read beyond ``stop``.
-            want = min(stop - pos - got + 1, 1000)
-            page = self._query(run_id, key, LAST_KEY, True, want)
-            items += page
-            got += sum(i.n for i in page)
-            if len(page) < want or page[-1].n == 0:
-                break
-            key = sort_key(page[-1].end)
-        return items
-
-    def _take_cached(self, run_id: str, pos: int, stop: int | None, out: list[str]) -> int:
-        while stop is None or pos < stop:
-            found = self._cache.containing(run_id, pos)
-            if found is None:
-                break
-            seg_start, chunks = found
-            end = seg_start + len(chunks) if stop is None else min(stop, seg_start + len(chunks))
-            out.extend(chunks[pos - seg_start : end - seg_start])
-            pos = end
-        return pos
-
-    def _stitch(self, run_id: str, items: list[LogItem], pos: int, stop: int | None, out: list[str]) -> None:
-        """Append the chunks ``[pos, stop)`` of consecutive ``items`` to ``out``, fetching spills."""
-        items = [i for i in items if i.n]
-        if not items:
-            return
-        spilled = [i for i in items if i.chunks is None]
-        if len(spilled) > 1:
-            fetched = dict(zip(spilled, self._executor().map(lambda i: self._fetch(run_id, i), spilled), strict=True))
-        else:
-            fetched = {i: self._fetch(run_id, i) for i in spilled}
-        self._cadence.note(run_id, [i.at for i in items if i.at is not None])
-        expected = items[0].start
-        if expected > pos:
-            raise StorageError(f"run {run_id!r}: chunk log has no item holding chunk {pos}")
-        for item in items:
-            if item.start != expected:
-                raise StorageError(f"run {run_id!r}: chunk log has a gap or overlap at index {expected}")
-            chunks = item.chunks if item.chunks is not None else fetched[item]
-            self._cache.put(run_id, item.start, chunks, item.size or sum(map(len, chunks)))
-            low = max(pos, item.start) - item.start
-            high = item.n if stop is None else min(stop, item.end) - item.start
-            if high > low:
-                out.extend(chunks[low:high])
-            expected = item.end
-
-    def _fetch(self, run_id: str, item: LogItem) -> tuple[str, ...]:
-        """A spilled append's chunks, from its S3 object (cached: committed appends never change)."""
-        cached = self._cache.containing(run_id, item.start)
-        if cached is not None and cached[0] == item.start:
-            return cached[1]
-        assert item.s3_key is not None
-        try:
-            data = self._s3.get_object(Bucket=self._bucket, Key=item.s3_key)["Body"].read()
-        except ClientError as exc:
-            if error_code(exc) in ("NoSuchKey", "404"):
-                raise StorageError(f"run {run_id!r}: committed chunks {item.s3_key!r} are missing") from None
-            raise translate(exc, f"reading chunks {item.s3_key!r}") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, f"reading chunks {item.s3_key!r}") from exc
-        return decode_chunks(data, item.n, repr(item.s3_key))
-
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="chunk-log")
-            return self._pool
-
-    # --- names -------------------------------------------------------------------------------------
+    # --- names ---------------------------------------------------------------------------------------
 
     def _check(self, run_id: str, epoch: int) -> None:
         # The id becomes part of an S3 key: refuse anything that could escape the run's prefix.

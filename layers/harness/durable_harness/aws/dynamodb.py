@@ -10,6 +10,23 @@ Table layout (shared with the chunk log's items, see :mod:`.chunklog`)::
     state_key (S)              the S3 key of an immutable object holding it
     created_at, updated_at (S) ISO 8601, UTC
     expires_at (N)             epoch seconds: the table's TTL attribute
+    inc (S)                    the incarnation: a random token made when the record is created
+
+A run id can be used again once its record has expired (an idempotent chat POST or a "Start Run"
+event repeated after ``RunTtlDays``). Everything keyed by the run id alone would then mix the two
+runs, so ``inc`` tells them apart: Step Functions names the run's executions after it (execution
+names stay taken for 90 days after an execution closes), and the chunk log keys each incarnation's
+items and objects by it. Creating a record also writes the empty log of the new incarnation
+(``sk="c#<created ms>.<inc>#~"``, see :mod:`.chunklog`) in the same transaction; its keys sort
+after every older incarnation's, so the items an expired run left are never read or appended to
+by the new one.
+
+Expiry. Every write pushes ``expires_at`` out to ``ttl_seconds`` from now, but never past
+``created_at + max_age_seconds`` when that is set. The runtime sets it to the chunk bucket's
+lifecycle expiration (``ChunkRetentionDays``), so a record always expires before the oldest of
+its chunk segments and offloaded states: every one of them was written after the record was
+created, and S3 keeps an object at least that many days. A run whose writes go on longer than
+``max_age_seconds`` after its creation finds its record expired (and is treated as missing).
 
 Offloaded objects are written under ``runs/<run_id>/state/<version>-<nonce>.json`` *before* the
 conditional write that points at them, so a record never points at a missing object. The nonce
@@ -37,9 +54,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import FencedError, RunExistsError, RunNotFoundError, StorageError
+from ..errors import FencedError, HarnessError, RunExistsError, RunNotFoundError, StorageError
+from ..ids import is_run_id
 from ..ports import Checkpoint, RunSummary
 from ._errors import aws_errors, error_code, error_item, translate
+from ._logitems import fresh_log_item, generation
 
 __all__ = ["DynamoCheckpointStore"]
 
@@ -52,14 +71,15 @@ _NAMES = {f"#{n}": n for n in ("pk", "version", "epoch", "status", "principal", 
     "#updated_at": "updated_at",
     "#expires_at": "expires_at",
     "#write_id": "write_id",
+    "#created_at": "created_at",
 }
 _SUMMARY = ("#pk", "#status", "#principal", "#chat_id", "#expires_at")
 _LIVE = "(attribute_not_exists(#expires_at) OR #expires_at > :now)"
 _PLACEHOLDER = re.compile(r"#\w+")
 
 
-def _iso_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
 
 
 class DynamoCheckpointStore:
@@ -68,7 +88,9 @@ class DynamoCheckpointStore:
     ``client`` is a boto3 DynamoDB client; ``s3_client`` and ``bucket`` enable offloading states
     larger than ``offload_bytes`` (without them, such a state fails with ``StorageError`` rather
     than hitting DynamoDB's 400 KB item limit mid-run). ``ttl_seconds`` (``None``: never) is how
-    long a record lives after its last write. ``clock`` returns epoch seconds (tests move it).
+    long a record lives after its last write, ``max_age_seconds`` (``None``: no cap) how long at
+    most after its creation. ``reset_log_head`` makes ``create`` write the run's empty chunk log
+    (when the log shares the table, as deployed). ``clock`` returns epoch seconds (tests move it).
     """
 
     def __init__(
@@ -79,13 +101,17 @@ class DynamoCheckpointStore:
         s3_client: Any | None = None,
         bucket: str | None = None,
         ttl_seconds: int | None = 30 * 86400,
+        max_age_seconds: int | None = None,
         offload_bytes: int = 300_000,
         key_prefix: str = "runs/",
+        reset_log_head: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Use ``table_name`` through ``client``; see the class docstring for the options."""
         if (s3_client is None) != (bucket is None):
             raise ValueError("pass both s3_client and bucket to offload large states, or neither")
+        self._max_age = max_age_seconds
+        self._reset_log_head = reset_log_head
         self._table = table_name
         self._ddb = client
         self._s3 = s3_client
@@ -99,6 +125,7 @@ class DynamoCheckpointStore:
         # state of up to 300 KB, and the superseded S3 object can be deleted.
         self._lock = threading.Lock()
         self._known: OrderedDict[str, tuple[Checkpoint, str | None]] = OrderedDict()
+        self._created: OrderedDict[str, tuple[int, str]] = OrderedDict()  # run -> creation, for the expiry cap
         self._texts: OrderedDict[str, str] = OrderedDict()  # S3 key -> state text (immutable)
 
     @property
@@ -159,6 +186,21 @@ class DynamoCheckpointStore:
             item["chat_id"]["S"] if "chat_id" in item else None,
         )
 
+    def incarnation(self, run_id: str) -> str | None:
+        """The token of the run's current incarnation (``None`` for a record made before there were
+        any); ``RunNotFoundError`` when the run does not exist. One small strongly consistent read."""
+        with aws_errors(f"loading run {run_id!r}"):
+            item = self._ddb.get_item(
+                TableName=self._table,
+                Key=self._key(run_id),
+                ConsistentRead=True,
+                ProjectionExpression="#inc, #expires_at",
+                ExpressionAttributeNames={"#inc": "inc", "#expires_at": "expires_at"},
+            ).get("Item")
+        if item is None or self._expired(item):
+            raise RunNotFoundError(run_id)
+        return item["inc"]["S"] if "inc" in item else None
+
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         """Bump epoch and version if the version is still ``expected_version``."""
         known = self._known_at(run_id, expected_version)
@@ -218,7 +260,9 @@ class DynamoCheckpointStore:
         run_id = checkpoint.run_id
         record = replace(checkpoint, version=1, epoch=0, meta=dict(checkpoint.meta))
         state_key = self._offload_state(record, 1)
-        now = _iso_now()
+        at = self._clock()
+        now, clock = _iso(at), int(at)
+        incarnation = secrets.token_hex(5)
         item: dict[str, Any] = {
             **self._key(run_id),
             "version": _n(1),
@@ -227,6 +271,7 @@ class DynamoCheckpointStore:
             "meta": _meta(record.meta),
             "created_at": {"S": now},
             "updated_at": {"S": now},
+            "inc": {"S": incarnation},
         }
         item.update({"state_key": {"S": state_key}} if state_key else {"state": {"S": record.state}})
         if record.principal is not None:
@@ -234,28 +279,38 @@ class DynamoCheckpointStore:
         if record.chat_id is not None:
             item["chat_id"] = {"S": record.chat_id}
         if self._ttl is not None:
-            item["expires_at"] = _n(int(self._clock()) + self._ttl)
+            item["expires_at"] = _n(clock + min(self._ttl, self._max_age or self._ttl))
+        put = {
+            "TableName": self._table,
+            "Item": item,
+            # An expired record still sits in the table until TTL deletes it; it may be replaced.
+            "ConditionExpression": "attribute_not_exists(#pk) OR #expires_at <= :now",
+            "ExpressionAttributeNames": {"#pk": "pk", "#expires_at": "expires_at"},
+            "ExpressionAttributeValues": {":now": _n(clock)},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=item,
-                # An expired record still sits in the table until TTL deletes it; it may be replaced.
-                ConditionExpression="attribute_not_exists(#pk) OR #expires_at <= :now",
-                ExpressionAttributeNames={"#pk": "pk", "#expires_at": "expires_at"},
-                ExpressionAttributeValues={":now": _n(int(self._clock()))},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            if self._reset_log_head and is_run_id(run_id):  # other records (the approval ledger's) have no log
+                head_ttl = self._max_age if self._max_age is not None else self._ttl
+                gen = generation(at, incarnation)
+                head = fresh_log_item(run_id, gen, None if head_ttl is None else clock + head_ttl)
+                self._ddb.transact_write_items(
+                    TransactItems=[{"Put": put}, {"Put": {"TableName": self._table, "Item": head}}],
+                    # Makes botocore's retry of a transaction whose reply was lost a no-op.
+                    ClientRequestToken=secrets.token_hex(16),
+                )
+            else:
+                self._ddb.put_item(**put)
         except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise translate(exc, f"creating run {run_id!r}") from exc
+            existing = _existing_item(exc)
+            if existing is None:
+                raise _creation_error(exc, run_id) from exc
             self._delete_object(state_key)
-            existing = error_item(exc)
-            if existing is None:  # cannot happen (the condition only fails on an item); be safe
-                raise StorageError(f"creating run {run_id!r}: condition failed without an item") from exc
             return record, existing
         except BotoCoreError as exc:
             raise translate(exc, f"creating run {run_id!r}") from exc
         self._remember(record, state_key)
+        self._note_created(run_id, item)
         return record, None
 
     def _update(
@@ -276,16 +331,21 @@ class DynamoCheckpointStore:
         # version condition against our own write, and the token tells that apart from a rival.
         token = secrets.token_hex(8)
         values = {
-            **values, ":v": _n(expected), ":one": _n(1), ":u": {"S": _iso_now()}, ":now": _n(now),
+            **values, ":v": _n(expected), ":one": _n(1), ":u": {"S": _iso(self._clock())}, ":now": _n(now),
             ":w": {"S": token},
         }  # fmt: skip
         update += ", #write_id = :w"
+        condition = f"#version = :v AND {_LIVE}"
         if self._ttl is not None:
-            update += ", #expires_at = :exp"  # every write keeps a live run alive
-            values[":exp"] = _n(now + self._ttl)
+            update += ", #expires_at = :exp"  # every write keeps a live run alive (up to its max age)
+            expiry, created = self._expiry(run_id, now)
+            values[":exp"] = _n(expiry)
+            if created is not None:
+                # The cap was computed for this creation: it must not land on another incarnation.
+                condition += " AND #created_at = :created"
+                values[":created"] = {"S": created}
         if removes:
             update += " REMOVE " + ", ".join(removes)
-        condition = f"#version = :v AND {_LIVE}"
         # DynamoDB rejects placeholders a request does not use, so pass exactly the ones it has.
         names = {name: _NAMES[name] for name in _PLACEHOLDER.findall(update + " " + condition)}
         try:
@@ -309,9 +369,45 @@ class DynamoCheckpointStore:
             if current.get("write_id", {}).get("S") == token and _int(current["version"]) == expected + 1:
                 return {"Attributes": current}  # our write landed; only its first reply was lost
             found = _int(current["version"])
+            if found == expected:  # only the creation condition can have failed
+                raise FencedError(f"run {run_id!r}: {what}: the run was created again meanwhile") from None
             raise FencedError(f"run {run_id!r}: {what} expected version {expected}, found {found}") from None
         except BotoCoreError as exc:
             raise translate(exc, f"{what} of run {run_id!r}") from exc
+
+    def _expiry(self, run_id: str, now: int) -> tuple[int, str | None]:
+        """``expires_at`` for a write at ``now`` (``ttl_seconds`` ahead, capped at creation + max
+        age), and the ``created_at`` the cap was computed from (``None`` without a cap)."""
+        assert self._ttl is not None
+        expiry = now + self._ttl
+        if self._max_age is None:
+            return expiry, None
+        with self._lock:
+            created = self._created.get(run_id)
+        if created is None:  # normally known: writers load the record first
+            with aws_errors(f"loading run {run_id!r}"):
+                item = self._ddb.get_item(
+                    TableName=self._table,
+                    Key=self._key(run_id),
+                    ConsistentRead=True,
+                    ProjectionExpression="created_at",
+                ).get("Item")
+            if item is None:
+                return expiry, None  # the conditional write that follows reports the missing run
+            created = self._note_created(run_id, item)
+        at, text = created
+        return min(expiry, at + self._max_age), text
+
+    def _note_created(self, run_id: str, item: dict[str, Any]) -> tuple[int, str]:
+        """Remember (and return) when the record in ``item`` was created: epoch seconds, and as stored."""
+        text = item["created_at"]["S"]
+        created = (int(datetime.fromisoformat(text).timestamp()), text)
+        with self._lock:
+            self._created[run_id] = created
+            self._created.move_to_end(run_id)
+            while len(self._created) > _CACHE_RUNS:
+                self._created.popitem(last=False)
+        return created
 
     # --- state offloading --------------------------------------------------------------------------
 
@@ -377,6 +473,8 @@ class DynamoCheckpointStore:
         return "expires_at" in item and _int(item["expires_at"]) <= int(self._clock())
 
     def _decode(self, item: dict[str, Any]) -> Checkpoint:
+        if "created_at" in item:
+            self._note_created(item["pk"]["S"], item)
         state_key = item["state_key"]["S"] if "state_key" in item else None
         state = self._state_text(state_key) if state_key else item["state"]["S"]
         record = Checkpoint(
@@ -404,6 +502,32 @@ class DynamoCheckpointStore:
         with self._lock:
             known = self._known.get(run_id)
         return known if known is not None and known[0].version == version else None
+
+
+def _existing_item(exc: ClientError) -> dict[str, Any] | None:
+    """The live record that made a create fail its condition (``None``: it failed otherwise)."""
+    code = error_code(exc)
+    if code == "ConditionalCheckFailedException":
+        return error_item(exc)
+    if code == "TransactionCanceledException":
+        reasons = exc.response.get("CancellationReasons") or []
+        first = reasons[0] if reasons else {}
+        if first.get("Code") == "ConditionalCheckFailed":
+            item = first.get("Item")
+            return item if isinstance(item, dict) and item else None
+    return None
+
+
+def _creation_error(exc: ClientError, run_id: str) -> HarnessError:
+    """The domain error for a create that failed for another reason than an existing run."""
+    what = f"creating run {run_id!r}"
+    if error_code(exc) == "TransactionCanceledException":
+        codes = {str(r.get("Code")) for r in exc.response.get("CancellationReasons") or []} - {"None"}
+        if codes <= {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}:
+            return StorageError(f"{what}: transaction cancelled ({', '.join(sorted(codes)) or 'no reason'})")
+        if "ConditionalCheckFailed" in codes:  # the condition failed without an item: cannot happen
+            return StorageError(f"{what}: the condition failed without an existing record")
+    return translate(exc, what)
 
 
 class _StateGone(Exception):

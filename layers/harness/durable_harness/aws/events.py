@@ -2,17 +2,27 @@
 
 Outbound. :class:`EventPublisher` puts one event per lifecycle transition on a bus, with
 ``source`` (default ``durable-harness``) and ``detail-type`` one of :data:`LIFECYCLE_KINDS`. The
-detail names the run and how it ended, never what was said: ``runId``, ``chatId``, ``status``,
-``origin``, ``finishReason``, ``error``. Subscribers that want the content read the run's log.
+detail names the run and how it ended: ``runId``, ``chatId``, ``status``, ``origin``,
+``finishReason``, ``error``. "Run Finished" also carries ``result``, a summary of the answer
+(``text``, ``output``, ``usage``) so that consumers need no second call, bounded so that the whole
+detail stays under :data:`MAX_DETAIL_BYTES` (an EventBridge entry may have 256 KB; each 64 KB of
+payload is billed as one event): the text is cut (``textTruncated``) and an output that does not
+fit is left out (``outputTruncated``; the run API has everything).
 
 Inbound. A run can be started by an event like::
 
     {"source": "durable-harness.client", "detail-type": "Start Run",
      "detail": {"prompt": "Summarize today's tickets", "chatId": "ops", "runId": "wrun_..."}}
 
-with ``messages`` (AI SDK UI messages) instead of ``prompt`` for a whole conversation. EventBridge
+with ``messages`` (AI SDK UI messages) instead of ``prompt`` for a whole conversation, and
+optionally ``callOptions`` (validated by the agent, like a chat client's ``body``). EventBridge
 delivers at least once, so the run id is derived from the event's ``id`` (the same on every
 redelivery) unless ``detail.runId`` already is a valid run id: the same event starts one run.
+
+The optional schedule (EventBridge Scheduler) sends events of the same shape with ``source``
+:data:`SCHEDULE_SOURCE`. Its ``id`` is the scheduler's execution id, which is new on every retry
+of an invocation, so a scheduled run's id is derived from what a retry keeps: the schedule's ARN
+(``resources[0]``) and the scheduled time (``time``). One scheduled time starts one run.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from ._errors import aws_errors
 
 __all__ = [
     "LIFECYCLE_KINDS",
+    "MAX_DETAIL_BYTES",
+    "SCHEDULE_SOURCE",
     "START_RUN_DETAIL_TYPE",
     "START_RUN_SOURCE",
     "EventPublisher",
@@ -51,6 +63,9 @@ START_RUN_SOURCE: Final = "durable-harness.client"
 START_RUN_DETAIL_TYPE: Final = "Start Run"
 """``detail-type`` of inbound events that start a run."""
 
+SCHEDULE_SOURCE: Final = "durable-harness.schedule"
+"""The ``source`` of the events the optional schedule sends (see template.yaml)."""
+
 _STATUS_KINDS = {
     "awaiting_tool_approval": "Run Awaiting Approval",
     "finished": "Run Finished",
@@ -58,6 +73,9 @@ _STATUS_KINDS = {
     "cancelled": "Run Cancelled",
 }
 _MAX_ERROR = 1000  # characters of an error message put into an event
+MAX_DETAIL_BYTES: Final = 60_000
+"""Bytes of an event's detail (JSON, UTF-8) at most: one 64 KB billing unit with the envelope."""
+_MAX_OUTPUT_SHARE = 0.5  # the structured output may take at most this share of the detail
 _MAX_PROMPT = 100_000
 
 
@@ -80,11 +98,12 @@ class EventPublisher:
         """The bus events go to."""
         return self._bus
 
-    def detail(self, run_state: RunState) -> dict[str, Any]:
-        """The event detail for a run: identifiers and outcome only, no message content."""
+    def detail(self, run_state: RunState, result: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The event detail for a run: identifiers and outcome, and with ``result`` (the run API's
+        result of the run) a size-bounded summary of the answer."""
         final = run_state.final_result
         error = run_state.error
-        return {
+        detail: dict[str, Any] = {
             "runId": run_state.run_id,
             "chatId": run_state.chat_id,
             "status": run_state.status,
@@ -92,16 +111,20 @@ class EventPublisher:
             "finishReason": final.finish_reason if final is not None else None,
             "error": error[:_MAX_ERROR] if error else None,
         }
+        if result is not None:
+            detail["result"] = bounded_summary(detail, result)
+        return detail
 
-    def publish(self, run_state: RunState, kind: str) -> None:
-        """Put one lifecycle event; ``StorageError`` when EventBridge does not accept it."""
+    def publish(self, run_state: RunState, kind: str, result: Mapping[str, Any] | None = None) -> None:
+        """Put one lifecycle event (with ``result``, its summary); ``StorageError`` when EventBridge
+        does not accept it."""
         if kind not in LIFECYCLE_KINDS:
             raise ValueError(f"unknown lifecycle event kind {kind!r}; expected one of {sorted(LIFECYCLE_KINDS)}")
         entry = {
             "EventBusName": self._bus,
             "Source": self._source,
             "DetailType": kind,
-            "Detail": json.dumps(self.detail(run_state), separators=(",", ":")),
+            "Detail": _dumps(self.detail(run_state, result)),
         }
         with aws_errors(f"publishing {kind!r} for run {run_state.run_id!r}"):
             response = self._events.put_events(Entries=[entry])
@@ -112,6 +135,40 @@ class EventPublisher:
                 f"publishing {kind!r} for run {run_state.run_id!r}: "
                 f"{failed.get('ErrorCode', 'failed')}: {failed.get('ErrorMessage', '')}"
             )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _size(value: Any) -> int:
+    return len(_dumps(value).encode())
+
+
+def bounded_summary(detail: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
+    """``{text, output?, usage}`` of a run's result, cut so that ``detail`` with it stays within
+    :data:`MAX_DETAIL_BYTES`: the output is kept whole or left out, the text cut to what fits."""
+    text = str(result.get("text") or "")
+    summary: dict[str, Any] = {"text": "", "usage": result.get("totalUsage")}
+    if "output" in result:
+        summary["output"] = result["output"]
+        if _size({**detail, "result": summary}) > MAX_DETAIL_BYTES * _MAX_OUTPUT_SHARE:
+            del summary["output"]
+            summary["outputTruncated"] = True
+    if _size({**detail, "result": {**summary, "text": text}}) <= MAX_DETAIL_BYTES:
+        summary["text"] = text
+        return summary
+    summary["textTruncated"] = True
+    # The longest prefix that fits (escaping makes the bytes per character vary; each takes one at least).
+    low, high = 0, min(len(text), MAX_DETAIL_BYTES)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _size({**detail, "result": {**summary, "text": text[:middle]}}) <= MAX_DETAIL_BYTES:
+            low = middle
+        else:
+            high = middle - 1
+    summary["text"] = text[:low]
+    return summary
 
 
 # --- inbound --------------------------------------------------------------------------------------
@@ -125,14 +182,25 @@ def start_run_pattern(source: str = START_RUN_SOURCE) -> dict[str, list[str]]:
 def run_id_for_event(event: Mapping[str, Any]) -> str:
     """A run id that is the same every time this event is delivered.
 
-    ``detail.runId`` when it is a valid run id; otherwise a SHA-256 derivation of the event's
-    ``id`` (EventBridge keeps it across redeliveries) in the format of ``ids.new_run_id``.
+    ``detail.runId`` when it is a valid run id; otherwise a SHA-256 derivation, in the format of
+    ``ids.new_run_id``, of the event's ``id`` (EventBridge keeps it across redeliveries), or, for
+    the schedule's events, of the schedule's ARN and the scheduled time (Scheduler keeps those
+    across retries, not the id).
     """
     detail = event.get("detail")
     if isinstance(detail, Mapping):
         given = detail.get("runId")
         if isinstance(given, str) and is_run_id(given):
             return given
+    if event.get("source") == SCHEDULE_SOURCE:
+        resources, scheduled = event.get("resources"), event.get("time")
+        schedule = resources[0] if isinstance(resources, list) and resources else None
+        if not isinstance(schedule, str) or not schedule or not isinstance(scheduled, str) or not scheduled:
+            raise InvalidRequestError(
+                "a scheduled event needs the schedule's ARN in 'resources' and the scheduled time in 'time'",
+                code="invalid_event",
+            )
+        return derived_run_id("scheduler-start-run", schedule, scheduled)
     event_id = event.get("id")
     if not isinstance(event_id, str) or not event_id:
         raise InvalidRequestError("the event has no 'id' to derive a run id from", code="invalid_event")
@@ -147,6 +215,8 @@ class StartRunRequest:
     run_id: str
     messages: list[UIMessage]
     chat_id: str | None = None
+    call_options: Mapping[str, Any] | None = None
+    """``detail.callOptions``, not yet validated (the agent's ``parse_call_options`` does that)."""
 
 
 def parse_start_run_event(event: Mapping[str, Any], *, source: str = START_RUN_SOURCE) -> StartRunRequest:
@@ -176,4 +246,7 @@ def parse_start_run_event(event: Mapping[str, Any], *, source: str = START_RUN_S
             messages = parse_ui_messages(raw)
         except ProtocolError as exc:
             raise InvalidRequestError(f"detail.messages: {exc}", code="invalid_messages") from exc
-    return StartRunRequest(run_id=run_id, messages=messages, chat_id=chat_id)
+    call_options = detail.get("callOptions")
+    if call_options is not None and not isinstance(call_options, Mapping):
+        raise InvalidRequestError("detail.callOptions must be an object", code="invalid_event")
+    return StartRunRequest(run_id=run_id, messages=messages, chat_id=chat_id, call_options=call_options)

@@ -4,10 +4,15 @@ Environment (set by the SAM template):
 
 =====================  ===========================================================
 ``RUNS_TABLE``         DynamoDB table of run records and chunk logs (required)
-``CHUNK_BUCKET``       S3 bucket of large chunk-log appends and offloaded states (required)
+``CHUNK_BUCKET``       S3 bucket of sealed chunk-log segments, large appends and offloaded
+                       states (required)
 ``STATE_MACHINE_ARN``  the run state machine (required)
 ``EVENT_BUS_NAME``     bus for run lifecycle events (optional: no events without it)
 ``RUN_TTL_DAYS``       days a run's records live after their last write (default 30)
+``CHUNK_RETENTION_DAYS``  days the chunk bucket keeps an object (its lifecycle rule; optional):
+                       a run record never lives longer than this after its creation, so it
+                       expires before any of its segments (see :mod:`.dynamodb`); chunk-log
+                       items live this long after they were written
 =====================  ===========================================================
 
 boto3 clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so
@@ -87,29 +92,44 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
     bucket = _required(env, "CHUNK_BUCKET", "the S3 bucket of chunk logs")
     state_machine = _required(env, "STATE_MACHINE_ARN", "the ARN of the run state machine")
     bus = env.get("EVENT_BUS_NAME", "").strip() or None
-    ttl_days = env.get("RUN_TTL_DAYS", "30").strip() or "30"
-    try:
-        ttl_seconds = int(float(ttl_days) * _DAY)
-    except ValueError:
-        raise AwsConfigError(f"RUN_TTL_DAYS must be a number of days, got {ttl_days!r}") from None
-    if ttl_seconds <= 0:
-        raise AwsConfigError(f"RUN_TTL_DAYS must be positive, got {ttl_days!r}")
+    ttl_seconds = _days(env, "RUN_TTL_DAYS", "30")
+    retention = _days(env, "CHUNK_RETENTION_DAYS", "") if env.get("CHUNK_RETENTION_DAYS", "").strip() else None
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
 
     def client(service: str) -> Any:
         return client_for(service, session=session, region=region)
 
     dynamodb, s3 = client("dynamodb"), client("s3")
+    store = DynamoCheckpointStore(
+        table, client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds, max_age_seconds=retention
+    )
     try:
-        orchestrator = StepFunctionsOrchestrator(state_machine, client=client("stepfunctions"))
+        orchestrator = StepFunctionsOrchestrator(
+            state_machine, client=client("stepfunctions"), incarnation=store.incarnation
+        )
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
+    # Chunk items live as long as the run's S3 objects: written after the record's creation, they
+    # outlive the record, whose TTL is capped at creation + retention.
+    log_ttl = retention if retention is not None else ttl_seconds
     return AwsRuntime(
-        store=DynamoCheckpointStore(table, client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds),
-        log=DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds),
+        store=store,
+        log=DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=log_ttl),
         orchestrator=orchestrator,
         events=EventPublisher(bus, client=client("events")) if bus else None,
     )
+
+
+def _days(env: Mapping[str, str], name: str, default: str) -> int:
+    """A positive number of days from ``env``, in seconds; ``AwsConfigError`` naming the variable."""
+    text = env.get(name, default).strip() or default
+    try:
+        seconds = int(float(text) * _DAY)
+    except ValueError:
+        raise AwsConfigError(f"{name} must be a number of days, got {text!r}") from None
+    if seconds <= 0:
+        raise AwsConfigError(f"{name} must be positive, got {text!r}")
+    return seconds
 
 
 def _required(env: Mapping[str, str], name: str, meaning: str) -> str:

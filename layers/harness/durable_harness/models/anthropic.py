@@ -54,6 +54,7 @@ from ..protocol.wire import ProviderMetadata
 from .base import ModelRequest, ModelStreamPart
 from .provider_utils import (
     STANDARD_SETTINGS,
+    ApiKey,
     ClientCache,
     error_detail,
     http_error,
@@ -86,7 +87,9 @@ _RETRYABLE_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_erro
 class AnthropicModel:
     """A Claude model through the Messages API.
 
-    ``api_key`` defaults to ``ANTHROPIC_API_KEY`` (required for the default ``base_url``);
+    ``api_key`` defaults to the Secrets Manager secret named by ``ANTHROPIC_API_KEY_SECRET_ARN``
+    (as deployed), else to ``ANTHROPIC_API_KEY``, looked up at each call (see :class:`ApiKey`;
+    a key is required for the default ``base_url``);
     ``max_tokens`` is used when the request's settings carry no ``max_output_tokens``. Pass
     ``client`` to share an :class:`httpx.AsyncClient`; otherwise one client per event loop is made,
     without retries. ``headers`` (e.g. ``anthropic-beta``) are added to every request.
@@ -104,7 +107,7 @@ class AnthropicModel:
         headers: dict[str, str] | None = None,
     ) -> None:
         self.model = model
-        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self._api_key = ApiKey("Anthropic", "ANTHROPIC_API_KEY", api_key, parameter="AnthropicApiKeySecretArn")
         self.base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.max_tokens = max_tokens
         self.anthropic_version = anthropic_version
@@ -180,18 +183,19 @@ class AnthropicModel:
         body = self.request_body(request)
         supported = {"max_output_tokens", "temperature", "top_p", "top_k", "stop_sequences"}
         warnings = unsupported_settings(request.settings, supported & STANDARD_SETTINGS)
-        if not self.api_key and self.base_url == DEFAULT_BASE_URL:
-            raise ModelError("Anthropic API key missing: set ANTHROPIC_API_KEY or pass api_key=")
+        api_key = await self._api_key.aget()
+        if not api_key and self.base_url == DEFAULT_BASE_URL:
+            raise self._api_key.missing()
         headers = {
             "content-type": "application/json",
             "accept": "text/event-stream",
             "anthropic-version": self.anthropic_version,
             **self.headers,
         }
-        if self.api_key:
-            headers["x-api-key"] = self.api_key
+        if api_key:
+            headers["x-api-key"] = api_key
         client = self._client or self._clients.get()
-        secrets = (self.api_key,)
+        secrets = (api_key,)
         state = _StreamState(default_model=self.model, warnings=warnings, json_mode=request.response_format is not None)
         try:
             async with client.stream("POST", f"{self.base_url}/v1/messages", json=body, headers=headers) as response:

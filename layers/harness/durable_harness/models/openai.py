@@ -47,6 +47,7 @@ from ..protocol import harness_parts as hp
 from .base import ModelRequest, ModelStreamPart
 from .provider_utils import (
     STANDARD_SETTINGS,
+    ApiKey,
     ClientCache,
     error_detail,
     http_error,
@@ -77,8 +78,10 @@ _CLIENT_ERROR_TYPES = frozenset(
 class OpenAIChatModel:
     """A Chat Completions model of OpenAI or of any OpenAI-compatible server (``base_url``).
 
-    ``api_key`` defaults to ``OPENAI_API_KEY`` and ``base_url`` to ``OPENAI_BASE_URL`` (else
-    ``https://api.openai.com/v1``); a key is required only for the default base URL. Pass
+    ``api_key`` defaults to the Secrets Manager secret named by ``OPENAI_API_KEY_SECRET_ARN`` (as
+    deployed), else to ``OPENAI_API_KEY``, looked up at each call (see :class:`ApiKey`);
+    ``base_url`` defaults to ``OPENAI_BASE_URL`` (else ``https://api.openai.com/v1``). A key is
+    required only for the default base URL. Pass
     ``client`` to share an :class:`httpx.AsyncClient` (its timeouts apply); otherwise one client
     per event loop is made, without retries. ``headers`` are added to every request.
     """
@@ -93,7 +96,7 @@ class OpenAIChatModel:
         headers: dict[str, str] | None = None,
     ) -> None:
         self.model = model
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._api_key = ApiKey("OpenAI", "OPENAI_API_KEY", api_key, parameter="OpenAIApiKeySecretArn")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.headers = dict(headers or {})
         self._client = client
@@ -158,13 +161,14 @@ class OpenAIChatModel:
         """Call the model once and yield its parts."""
         body = self.request_body(request)
         warnings = unsupported_settings(request.settings, STANDARD_SETTINGS - {"top_k"})
-        if not self.api_key and self.base_url == DEFAULT_BASE_URL:
-            raise ModelError("OpenAI API key missing: set OPENAI_API_KEY or pass api_key=")
+        api_key = await self._api_key.aget()
+        if not api_key and self.base_url == DEFAULT_BASE_URL:
+            raise self._api_key.missing()
         headers = {"content-type": "application/json", "accept": "text/event-stream", **self.headers}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
         client = self._client or self._clients.get()
-        secrets = (self.api_key,)
+        secrets = (api_key,)
         try:
             async with client.stream(
                 "POST", f"{self.base_url}/chat/completions", json=body, headers=headers

@@ -1,5 +1,6 @@
 """HTTP and message helpers the model providers share: SSE reading, error mapping, ``Retry-After``
-parsing, ``data:`` URLs, key redaction, tool input/output text, settings checks, client caching."""
+parsing, ``data:`` URLs, key redaction, tool input/output text, settings checks, client caching, and
+where API keys come from (:class:`ApiKey`)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import asyncio
 import base64
 import email.utils
 import json
+import logging
+import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
-import httpx
-
-from ..errors import ModelError
+from ..errors import ModelError, SecretError, SecretUnavailableError
 from ..messages import (
     ErrorJsonOutput,
     ErrorTextOutput,
@@ -27,6 +28,12 @@ from ..messages import (
 from ..protocol import harness_parts as hp
 from ..protocol.sse import SSEParser
 from ..protocol.wire import compact_json
+from ..secretsmanager import DEFAULT_MAX_AGE, read_secret
+
+logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # httpx is imported where a request is made: the Bedrock provider never needs it
+    import httpx
 
 STANDARD_SETTINGS = frozenset(
     {
@@ -45,7 +52,7 @@ STANDARD_SETTINGS = frozenset(
 PROVIDER_SETTINGS = frozenset({"openai", "anthropic", "bedrock"})
 """Keys of ``ModelRequest.settings`` holding one provider's extra request fields."""
 
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=30.0)
+DEFAULT_TIMEOUTS: Mapping[str, float] = {"connect": 10.0, "read": 600.0, "write": 60.0, "pool": 30.0}
 """Timeouts of the HTTP client a provider makes for itself (long reads: reasoning can be silent)."""
 
 # --- shared HTTP helpers --------------------------------------------------------------------------
@@ -123,6 +130,8 @@ def http_error(provider: str, response: httpx.Response, body: bytes, secrets: It
 
 def transport_error(provider: str, exc: httpx.HTTPError, secrets: Iterable[str | None]) -> ModelError:
     """The retryable :class:`ModelError` of a timeout or a failed/dropped connection."""
+    import httpx
+
     what = "timed out" if isinstance(exc, httpx.TimeoutException) else "connection failed"
     detail = str(exc) or type(exc).__name__
     return ModelError(redact(f"{provider} request {what}: {detail}", secrets), retryable=True)
@@ -212,11 +221,13 @@ class ClientCache:
 
     def get(self) -> httpx.AsyncClient:
         """The client of the running loop, made on first use."""
+        import httpx
+
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
             # httpx never retries by itself (transport retries default to 0).
-            client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+            client = httpx.AsyncClient(timeout=httpx.Timeout(**DEFAULT_TIMEOUTS))
             self._clients[loop] = client
         return client
 
@@ -227,4 +238,74 @@ class ClientCache:
             await client.aclose()
 
 
-# --- the model ------------------------------------------------------------------------------------
+# --- API keys -------------------------------------------------------------------------------------
+
+
+class ApiKey:
+    """A provider's API key, looked up at each model call (not when the model is made).
+
+    In order: the key given to the model (``api_key=``); the Secrets Manager secret whose ARN is in
+    ``<env_var>_SECRET_ARN`` (deployed: the template's ``<Provider>ApiKeySecretArn``), read through
+    :func:`~durable_harness.secretsmanager.read_secret` and cached for ``max_age`` seconds, so a
+    rotated key is picked up without a redeploy; the environment variable ``env_var`` (local runs).
+
+    The secret holds the key itself as plain text. The key is never logged, and ``repr`` never
+    shows it; reading failures become :class:`ModelError`, retryable when Secrets Manager was
+    throttled or unreachable.
+    """
+
+    def __init__(
+        self, provider: str, env_var: str, value: str | None = None, *, parameter: str, max_age: int = DEFAULT_MAX_AGE
+    ) -> None:
+        self.provider = provider
+        self.env_var = env_var
+        self.parameter = parameter
+        self.max_age = max_age
+        self._value = value
+
+    def __repr__(self) -> str:
+        return f"ApiKey({self.provider!r}, env_var={self.env_var!r})"
+
+    @property
+    def secret_env_var(self) -> str:
+        """The variable naming the secret that holds the key (``OPENAI_API_KEY_SECRET_ARN``, ...)."""
+        return f"{self.env_var}_SECRET_ARN"
+
+    def missing(self) -> ModelError:
+        """The error of a call that needs a key and has none."""
+        return ModelError(
+            f"{self.provider} API key missing: set {self.env_var}, or {self.secret_env_var} to a Secrets Manager "
+            f"secret holding it (deployed: the template's {self.parameter}), or pass api_key="
+        )
+
+    async def aget(self) -> str | None:
+        """:meth:`get`, off the event loop when it may call Secrets Manager."""
+        if self._value is None and os.environ.get(self.secret_env_var, "").strip():
+            return await asyncio.to_thread(self.get)
+        return self.get()
+
+    def get(self) -> str | None:
+        """The key, or None when none is configured."""
+        if self._value is not None:
+            return self._value or None
+        secret_id = os.environ.get(self.secret_env_var, "").strip()
+        if not secret_id:
+            return os.environ.get(self.env_var) or None
+        where = f"{self.provider} API key: the Secrets Manager secret in {self.secret_env_var}"
+        try:
+            key = read_secret(secret_id, max_age=self.max_age).strip()
+        except SecretUnavailableError as exc:
+            logger.warning("reading the %s API key failed: %s", self.provider, exc)
+            raise ModelError(f"{where} could not be read now ({exc.code}).", retryable=True) from None
+        except SecretError as exc:
+            logger.warning("reading the %s API key failed: %s", self.provider, exc)
+            raise ModelError(
+                f"{where} could not be read ({exc.code}): check that the secret exists in this region and that "
+                f"this function may read it (the template's {self.parameter} grants it)."
+            ) from None
+        if not key:
+            raise ModelError(f"{where} is empty: store the key itself as its value.")
+        if key.startswith("{"):
+            # Never quoted: the JSON may well hold the key.
+            raise ModelError(f"{where} holds JSON: store the key itself as its value, as plain text.")
+        return key

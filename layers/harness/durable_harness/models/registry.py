@@ -12,8 +12,8 @@ from .base import LanguageModel
 
 ACCEPTED_FORMS = (
     '"demo"',
-    '"openai:<model>" (e.g. "openai:gpt-4o-mini"; OPENAI_API_KEY, OPENAI_BASE_URL)',
-    '"anthropic:<model>" (e.g. "anthropic:claude-sonnet-4-5"; ANTHROPIC_API_KEY)',
+    '"openai:<model>" (e.g. "openai:gpt-4o-mini"; OPENAI_API_KEY or OPENAI_API_KEY_SECRET_ARN, OPENAI_BASE_URL)',
+    '"anthropic:<model>" (e.g. "anthropic:claude-sonnet-4-5"; ANTHROPIC_API_KEY or ANTHROPIC_API_KEY_SECRET_ARN)',
     '"bedrock:<model-id>" (e.g. "bedrock:us.anthropic.claude-sonnet-4-5-20250929-v1:0"; AWS credentials and region)',
 )
 

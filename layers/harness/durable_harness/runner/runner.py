@@ -1,10 +1,11 @@
-"""The durable runner: drives a harness agent through time slices, checkpointing as it goes.
+"""The durable runner: drives any harness through time slices, checkpointing as it goes.
 
 One slice (decision D3): load the checkpoint, claim the run (fencing off any older slice), open
-the chunk log, and continue the agent from its last boundary. Chunks go to the log through a
-group-commit writer; at every boundary the chunks are made durable and the agent's state is
-checkpointed. The slice ends at a boundary once its time budget is spent, or when the turn
-pauses or ends. A slice that finds more chunks in the log than its checkpoint covers knows the
+the chunk log, and open the harness's turn (:mod:`durable_harness.harness.interface`: one
+interface, the built-in loop included). Chunks go to the log through a group-commit writer; at
+every harness checkpoint the chunks are made durable together with the harness's state. The slice
+ends at a slice point (``finish-step`` + checkpoint) once its time budget is spent, or when the
+turn pauses or ends. A slice that finds more chunks in the log than its checkpoint covers knows the
 previous attempt died mid-step: it appends ``reset-step`` and redoes the step from the checkpoint.
 
 A run's last chunk is always ``finish`` (decision D2): terminal chunks are recorded in the
@@ -21,43 +22,69 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ..agent.protocol import Boundary, HarnessWorkflowAgent
-from ..errors import FatalError, FencedError, ModelError, OutputError
+from ..approvals import ApprovalSecret
+from ..errors import FatalError, FencedError, ModelError, OutputError, ProtocolError
+from ..harness import interface as hi
 from ..ids import new_id, new_run_id
 from ..ledger import ApprovalLedger, approval_key
 from ..messages import ModelMessage
 from ..ports import Checkpoint, CheckpointStore, ChunkLog
 from ..protocol import harness_parts as hp
 from ..protocol.translate import StreamTranslator
-from ..protocol.ui_chunks import ErrorChunk, FinishChunk, FinishStepChunk, UIMessageChunk, encode_ui_chunk
+from ..protocol.ui_chunks import (
+    ErrorChunk,
+    FinishChunk,
+    FinishStepChunk,
+    ToolOutputDeniedChunk,
+    UIMessageChunk,
+    encode_ui_chunk,
+)
 from ..storage.writer import ChunkWriter
-from .state import FinalResult, RunState, StreamContext
+from .continuation import ContinuationResolver, turn_request
+from .state import (
+    ApprovalRecord,
+    ContinuationRecord,
+    FinalResult,
+    RunState,
+    StreamContext,
+    checkpoint_of,
+    pending_json,
+)
 
 logger = logging.getLogger(__name__)
 
-Signer = Callable[[str, str, str, Any], str | None]
-
 
 class Runner:
-    """Runs one agent's turns durably against a checkpoint store and a chunk log."""
+    """Runs one harness's turns durably against a checkpoint store and a chunk log.
+
+    ``approval_secret`` signs approval requests and verifies answers; by default the harness's
+    own (``HarnessOptions.approval_secret``), else ``TOOL_APPROVAL_SECRET`` / ``..._ARN``.
+    """
 
     def __init__(
         self,
-        agent: HarnessWorkflowAgent,
+        agent: hi.Harness,
         store: CheckpointStore,
         log: ChunkLog,
         *,
         flush_interval: float = 0.1,
         on_commit: Callable[[str, int], None] | None = None,
-        signer: Signer | None = None,
+        approval_secret: ApprovalSecret | None = None,
     ) -> None:
         self.agent = agent
+        self.options = agent.options
         self.store = store
         self.log = log
         self.flush_interval = flush_interval
         self.on_commit = on_commit
-        self.signer = signer if signer is not None else getattr(agent, "sign_approval", None)
+        self.approval_secret = approval_secret or self.options.approval_secret or ApprovalSecret()
         self.ledger = ApprovalLedger(store)
+        self.continuations = ContinuationResolver(store, self.ledger, self.approval_secret)
+
+    @property
+    def harness(self) -> hi.Harness:
+        """The harness this runner drives (``agent`` is the same object)."""
+        return self.agent
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -71,18 +98,41 @@ class Runner:
         principal: str | None = None,
         origin: Literal["chat", "event"] = "chat",
         message_id: str | None = None,
+        call_options: dict[str, Any] | None = None,
+        continuation: ContinuationRecord | None = None,
     ) -> RunState:
-        """Create and checkpoint the state of a new turn (status ``not_started``)."""
+        """Create and checkpoint the state of a new turn (status ``not_started``).
+
+        ``call_options`` must already be validated (``harness.parse_call_options``).
+
+        When the last message answers approvals, the run continues the paused run that asked
+        (found through the approval ledger; its answers verified and marked answered by this run;
+        see :mod:`durable_harness.runner.continuation`). ``continuation`` is given instead by the
+        run API. Raises ``InvalidRequestError`` for answers to approvals never issued here.
+        """
+        run_id = run_id or new_run_id()
+        message_id = message_id or new_id("msg")
+        if continuation is None:
+            continuation = self.continuations.from_messages(
+                messages, principal=principal, message_id=message_id, run_id=run_id
+            )
+        turn = None
+        if continuation is not None:
+            paused = self.load(continuation.paused_run_id)
+            turn, session_id = paused.turn, session_id or paused.session_id
         state = RunState(
-            run_id=run_id or new_run_id(),
+            run_id=run_id,
             session_id=self.agent.create_session(session_id or chat_id),
             chat_id=chat_id,
             origin=origin,
             principal=principal,
-            message_id=message_id or new_id("msg"),
+            message_id=message_id,
             input_messages=messages,
+            call_options=call_options,
+            turn=turn,
+            continuation=continuation,
         )
-        self.store.create(_checkpoint(state))
+        self.store.create(checkpoint_of(state))
         return state
 
     def abandon(self, run_id: str) -> RunState:
@@ -93,18 +143,7 @@ class Runner:
         if state.status != "awaiting_tool_approval" or state.continued_by is not None:
             raise FencedError(f"run {run_id} is not a paused run ({state.status})")
         state.status = "cancelled"
-        self.store.save(_checkpoint(state, cp), cp.version)
-        return state
-
-    def mark_continued(self, run_id: str, continued_by: str) -> RunState:
-        """Record that run ``continued_by`` answers this paused run (conditional: FencedError if it
-        changed or was answered meanwhile)."""
-        cp = self.store.load(run_id)
-        state = RunState.model_validate_json(cp.state)
-        if state.continued_by is not None:
-            raise FencedError(f"run {run_id} was already continued by {state.continued_by}")
-        state.continued_by = continued_by
-        self.store.save(_checkpoint(state, cp), cp.version)
+        self.store.save(checkpoint_of(state, cp), cp.version)
         return state
 
     def load(self, run_id: str) -> RunState:
@@ -132,44 +171,54 @@ class Runner:
         )
         replay = await self._reset_if_interrupted(state, count, translator, writer)
         state.slices += 1
-        session = self.agent.create_session(state.session_id)
-        if state.turn is None:
-            events = self.agent.stream(session, state.input_messages)
-        else:
-            events = self.agent.continue_stream(session, state.turn, replay_step=replay)
+        turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
         _write(writer, translator.start(state.message_id))
+        if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
+            for decision in state.continuation.approvals:
+                if not decision.approved:
+                    _write(writer, translator.translate(ToolOutputDeniedChunk(tool_call_id=decision.tool_call_id)))
         final: list[UIMessageChunk] = []
         finish_part: hp.FinishPart | None = None
+        output: Any = None
+        slice_point = False  # the last event was a finish-step: a checkpoint now may end the slice
         longest_step, step_began = 0.0, time.monotonic()
         try:
-            async for event in events:
-                if not isinstance(event, Boundary):
-                    chunks = translator.translate(event)
-                    if isinstance(event, hp.FinishPart):
-                        final.extend(chunks)
-                        finish_part = event
-                    else:
-                        _write(writer, chunks)
-                    if isinstance(event, hp.ErrorPart):
-                        raise ModelError(chunks[0].error_text if chunks else "model error")  # type: ignore[union-attr]
+            async for event in turn.events():
+                if isinstance(event, hi.Checkpoint):
+                    if finish_part is not None:  # after `finish`: the turn's last state and output
+                        state.turn, output = event.state, event.output
+                        continue
+                    cp = await self._save_progress(cp, state, translator, writer, event.state)
+                    if slice_point and not state.pending_approvals:  # a pausing turn goes on to its finish
+                        now = time.monotonic()
+                        longest_step, step_began = max(longest_step, now - step_began), now
+                        if budget_seconds is not None and now - started + longest_step >= budget_seconds:
+                            last = await turn.stop()
+                            if last is not None:
+                                cp = await self._save_progress(cp, state, translator, writer, last.state)
+                            return state
+                    slice_point = False
                     continue
-                if event.kind in ("end", "approval"):
-                    state.turn = event.turn
-                    state.status = "finished" if event.kind == "end" else "awaiting_tool_approval"
-                    state.final_result = _final_result(finish_part, event.output)
-                    return await self._commit_terminal(cp, state, translator, writer, final)
-                await writer.flush()
-                state.turn, state.input_messages = event.turn, []
-                state.status = "ready_for_next_step"
-                state.stream = StreamContext(translator=translator.state, chunk_count=writer.committed)
-                cp = await asyncio.to_thread(self.store.save, _checkpoint(state, cp), cp.version)
-                if event.kind == "step":
-                    now = time.monotonic()
-                    longest_step, step_began = max(longest_step, now - step_began), now
-                    if budget_seconds is not None and now - started + longest_step >= budget_seconds:
-                        return state
-            raise FatalError("the agent's stream ended without an end or approval boundary")
-        except (ModelError, OutputError) as exc:
+                if finish_part is not None:
+                    raise ProtocolError(f"The harness sent a {event.type!r} part after 'finish'.")
+                chunks = translator.translate(event)
+                if isinstance(event, hp.FinishPart):
+                    final.extend(chunks)
+                    finish_part = event
+                    continue
+                if isinstance(event, hp.ToolApprovalRequestPart):
+                    self._note_approval(state, translator, event)
+                _write(writer, chunks)
+                if isinstance(event, hp.ErrorPart):
+                    raise ModelError(chunks[0].error_text if chunks else "model error")  # type: ignore[union-attr]
+                slice_point = isinstance(event, hp.FinishStepPart)
+            if finish_part is None:
+                raise FatalError("the harness's stream ended without a 'finish' part")
+            state.status = "awaiting_tool_approval" if state.pending_approvals else "finished"
+            state.continuation = None
+            state.final_result = _final_result(finish_part, output)
+            return await self._commit_terminal(cp, state, translator, writer, final)
+        except (ModelError, OutputError, ProtocolError) as exc:
             state.status, state.error = "failed", str(exc)
             closing: list[UIMessageChunk] = [ErrorChunk(error_text=str(exc))]
             if translator.state.step_open:
@@ -178,7 +227,7 @@ class Runner:
             logger.warning("run %s failed: %s", run_id, exc)
             return await self._commit_terminal(cp, state, translator, writer, closing)
         finally:
-            await events.aclose()  # type: ignore[attr-defined]
+            await turn.close()
 
     async def run(self, run_id: str) -> RunState:
         """Run the turn with no time slicing until it pauses or ends."""
@@ -194,7 +243,8 @@ class Runner:
         """End a run that cannot go on (the state machine's failure path, or a cancel).
 
         Claims the run, which fences off any slice still running, and appends ``error`` (for a
-        failure) and ``finish``. A run that already ended is only repaired, never changed.
+        failure) and ``finish``. A run that already ended is only repaired, never changed. A
+        cancelled run's harness is told through ``on_cancel``.
         """
         for _ in range(10):
             cp = await asyncio.to_thread(self.store.load, run_id)
@@ -216,19 +266,66 @@ class Runner:
             state.status, state.error = status, error
             writer = ChunkWriter(self.log, run_id, epoch=cp.epoch, start=count, flush_interval=0)
             try:
-                return await self._commit_terminal(cp, state, translator, writer, closing)
+                state = await self._commit_terminal(cp, state, translator, writer, closing)
             except FencedError:
                 continue
+            if status == "cancelled":
+                await self.notify_cancel(state)
+            return state
         raise FencedError(f"run {run_id}: could not finalize, the run keeps changing")
 
+    def result(self, state: RunState) -> dict[str, Any]:
+        """The run's result (JSON): the harness's account of its turn, with what the runner knows."""
+        result: dict[str, Any] = {}
+        final = state.final_result
+        if final is not None:
+            result["finishReason"] = final.finish_reason
+            result["totalUsage"] = {"inputTokens": final.input_tokens, "outputTokens": final.output_tokens}
+        if state.status == "awaiting_tool_approval":
+            result["pendingApprovals"] = pending_json(state)
+        result.update(self.agent.run_result(state.turn))
+        if final is not None and final.output is not None:
+            result["output"] = final.output
+        return result
+
+    async def notify_cancel(self, state: RunState) -> None:
+        """Tell the harness a run ended cancelled (best effort: the run is over whatever it does)."""
+        notice = hi.CancelNotice(run_id=state.run_id, session_id=state.session_id, state=state.turn)
+        try:
+            await self.agent.on_cancel(notice)
+        except Exception:  # a harness's cleanup must not turn a done cancel into an error
+            logger.exception("run %s: the harness's on_cancel failed", state.run_id)
+
     # --- internals -------------------------------------------------------------------------------
+
+    async def _save_progress(
+        self, cp: Checkpoint, state: RunState, translator: StreamTranslator, writer: ChunkWriter, turn: Any
+    ) -> Checkpoint:
+        """Make the chunks so far durable together with the harness's state ``turn``."""
+        await writer.flush()
+        state.turn, state.input_messages, state.continuation = turn, [], None
+        state.status = "ready_for_next_step"
+        state.stream = StreamContext(translator=translator.state, chunk_count=writer.committed)
+        return await asyncio.to_thread(self.store.save, checkpoint_of(state, cp), cp.version)
+
+    @staticmethod
+    def _note_approval(state: RunState, translator: StreamTranslator, part: hp.ToolApprovalRequestPart) -> None:
+        """Record an approval request (the translator has checked that its tool call exists)."""
+        if any(r.approval_id == part.approval_id for r in state.pending_approvals):
+            return  # re-sent after reset-step
+        info = translator.state.tool_calls[part.tool_call_id]
+        record = ApprovalRecord(
+            approval_id=part.approval_id, tool_call_id=part.tool_call_id, tool_name=info.tool_name,
+            input=info.input, provider_executed=info.provider_executed,
+        )  # fmt: skip
+        state.pending_approvals.append(record)
 
     def _translator(self, state: RunState) -> StreamTranslator:
         return StreamTranslator(
             state.stream.translator.model_copy(deep=True),
-            tool_names=self.agent.tool_names,
-            signer=self.signer,
-            send_reasoning=bool(getattr(self.agent, "send_reasoning", True)),
+            tool_names=self.options.tool_names,
+            signer=self.approval_secret.sign,
+            send_reasoning=self.options.send_reasoning,
         )
 
     async def _note_tail(self, state: RunState, count: int, translator: StreamTranslator) -> bool:
@@ -271,27 +368,26 @@ class Runner:
         state.stream = StreamContext(
             translator=translator.state, chunk_count=writer.committed + len(encoded), final_chunks=encoded
         )
-        await asyncio.to_thread(self.store.save, _checkpoint(state, cp), cp.version)
+        await asyncio.to_thread(self.store.save, checkpoint_of(state, cp), cp.version)
         for chunk in encoded:
             writer.write(chunk)
         await writer.close()
         return state
 
     def _issue_approvals(self, state: RunState) -> None:
-        """Record the paused turn's approval requests in the ledger (before the client sees them)."""
-        pending_of = getattr(self.agent, "pending_approvals", None)
-        if pending_of is None or state.turn is None:
-            return
-        for request in pending_of(state.turn):
+        """Record the paused turn's approval requests in the ledger (before the client sees them),
+        and this run as the latest pause of its message (where a continuation finds it)."""
+        for request in state.pending_approvals:
             key = approval_key(
                 state.principal,
                 state.message_id,
-                request["approvalId"],
-                request["toolCallId"],
-                request["toolName"],
-                request["input"],
+                request.approval_id,
+                request.tool_call_id,
+                request.tool_name,
+                request.input,
             )
             self.ledger.issue(key, state.run_id)
+        self.ledger.pause(state.principal, state.message_id, state.run_id)
 
     async def _complete_tail(self, cp: Checkpoint, state: RunState) -> None:
         """Append terminal chunks that a crash kept out of the log (after the terminal checkpoint)."""
@@ -313,18 +409,6 @@ class Runner:
 def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
     for chunk in chunks:
         writer.write(encode_ui_chunk(chunk))
-
-
-def _checkpoint(state: RunState, previous: Checkpoint | None = None) -> Checkpoint:
-    return Checkpoint(
-        run_id=state.run_id,
-        state=state.model_dump_json(by_alias=True),
-        status=state.status,
-        version=previous.version if previous else 0,
-        epoch=previous.epoch if previous else 0,
-        principal=state.principal,
-        chat_id=state.chat_id,
-    )
 
 
 def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..messages import ModelMessage
+from ..ports import Checkpoint
 from ..protocol.translate import TranslatorState
 
 RunStatus = Literal["not_started", "ready_for_next_step", "awaiting_tool_approval", "finished", "failed", "cancelled"]
@@ -37,6 +38,41 @@ class FinalResult(BaseModel):
     output: Any = None
 
 
+class ApprovalRecord(BaseModel):
+    """An approval request the turn raised (recorded by the runner as the stream passes)."""
+
+    approval_id: str
+    tool_call_id: str
+    tool_name: str
+    input: Any = None
+    provider_executed: bool = False
+    """The runtime runs the call itself once approved (not the host)."""
+
+
+class DecisionRecord(BaseModel):
+    """A verified answer to an approval request."""
+
+    approval_id: str
+    tool_call_id: str
+    approved: bool
+    reason: str | None = None
+    tool_name: str = ""
+    input: Any = None
+
+
+class ContinuationRecord(BaseModel):
+    """How a run continues a paused run: that run, and the verified answers to its requests.
+
+    Kept until the run's first checkpoint (a slice that dies before it starts over from here).
+    """
+
+    paused_run_id: str
+    approvals: list[DecisionRecord] = Field(default_factory=list)
+    pending: list[ApprovalRecord] = Field(default_factory=list)
+    with_messages: bool = False
+    """The chat client sent the conversation (``input_messages``) with its answers."""
+
+
 class RunState(BaseModel):
     """The checkpoint of a run (decision D5: history stored once per checkpoint, never per step)."""
 
@@ -51,8 +87,14 @@ class RunState(BaseModel):
     """The assistant message id sent in ``start.messageId``; stable for the whole run."""
     input_messages: list[ModelMessage] = Field(default_factory=list)
     """The conversation the turn starts from (kept until the first boundary)."""
-    turn: dict[str, Any] | None = None
-    """The agent's state at its last boundary."""
+    call_options: dict[str, Any] | None = None
+    """The run's call options, as the harness validated them (the client's ``body`` fields)."""
+    turn: Any = None
+    """The harness's own (opaque JSON) state at its last checkpoint; None before the first."""
+    continuation: ContinuationRecord | None = None
+    """Set on a run that answers a paused run's approvals, until its first checkpoint."""
+    pending_approvals: list[ApprovalRecord] = Field(default_factory=list)
+    """Approval requests this turn raised; a turn that ends with any is paused."""
     stream: StreamContext = Field(default_factory=StreamContext)
     slices: int = 0
     final_result: FinalResult | None = None
@@ -64,3 +106,25 @@ class RunState(BaseModel):
     def terminal(self) -> bool:
         """True once no more slices will run."""
         return self.status in TERMINAL_STATUSES
+
+
+def checkpoint_of(state: RunState, previous: Checkpoint | None = None) -> Checkpoint:
+    """The store record of ``state`` (keeping the fencing counters of ``previous``)."""
+    return Checkpoint(
+        run_id=state.run_id,
+        state=state.model_dump_json(by_alias=True),
+        status=state.status,
+        version=previous.version if previous else 0,
+        epoch=previous.epoch if previous else 0,
+        principal=state.principal,
+        chat_id=state.chat_id,
+    )
+
+
+def pending_json(state: RunState) -> list[dict[str, Any]]:
+    """The approvals a paused run waits for, as the run API shows them."""
+    pending = []
+    for r in state.pending_approvals:
+        item = {"approvalId": r.approval_id, "toolCallId": r.tool_call_id, "toolName": r.tool_name, "input": r.input}
+        pending.append({**item, "providerExecuted": True} if r.provider_executed else item)
+    return pending

@@ -3,10 +3,12 @@
 Routes:
 
 * ``POST /api/chat`` -- start a turn; 200 with ``x-workflow-run-id`` and the run's SSE stream;
+  extra body fields are the agent's call options;
 * ``GET /api/chat/{runId}/stream?startIndex=N`` -- the run's stream from absolute index N
-  (N < 0 counts from the tail), following a live run until ``finish``;
-* ``GET /api/runs/{runId}``, ``POST /api/runs/{runId}/cancel``, ``POST /api/runs/{runId}/approvals``
-  -- the run API (status, cancel, approvals of a run that has no chat client);
+  (N < 0 counts from the tail), following a live run until ``finish`` (``x-workflow-run-id`` too);
+* ``GET /api/runs/{runId}``, ``GET /api/runs/{runId}/result``, ``POST /api/runs/{runId}/cancel``,
+  ``POST /api/runs/{runId}/approvals`` -- the run API (status, result, cancel, approvals of a run
+  that has no chat client);
 * ``GET /health`` and ``GET /openapi.json``;
 * ``GET /`` and ``GET /assets/<file>`` -- the chat page, when built and enabled (see :mod:`.static`).
 
@@ -14,7 +16,8 @@ Everything under ``/api`` needs the caller's credentials (see :mod:`.auth`); a r
 only to the principal that started it (404 for anyone else).
 
 Every error is JSON ``{"error": {"code", "message"}}`` with a 4xx status that says what to fix;
-an unexpected failure is a 500 with a generic message, never a traceback.
+storage that cannot be used right now is a 503 ``storage_unavailable`` with ``Retry-After``; an
+unexpected failure is a 500 with a generic message, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from ..errors import InvalidRequestError, RunNotFoundError
+from ..errors import InvalidRequestError, RunNotFoundError, StorageError
 from ..ids import is_run_id
 from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
 from .auth import Authenticator, NoAuth
@@ -57,12 +61,14 @@ class ChatApp:
         authenticator: Authenticator | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
         static_dir: str | Path | None = None,
+        on_startup: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.service = service
         self.authenticator = authenticator or NoAuth()
         self.max_body_bytes = max_body_bytes
         self.cors_origins = cors_origins
         self.on_shutdown = on_shutdown
+        self.on_startup = on_startup
         self.static_site = StaticSite(static_dir) if static_dir is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,6 +85,13 @@ class ChatApp:
             await _json(send, exc.status, {"error": {"code": exc.code, "message": str(exc)}}, cors + extra)
         except RunNotFoundError as exc:
             await _json(send, 404, {"error": {"code": "run_not_found", "message": str(exc)}}, cors)
+        except StorageError as exc:
+            # Transient by nature: the client retries; runs already started go on by themselves.
+            logger.warning("storage unavailable serving %s %s: %s", scope.get("method"), scope.get("path"), exc)
+            retry = self.service.config.storage_retry_after
+            message = f"Storage is unavailable right now; try again in {retry} s. Started runs resume by themselves."
+            body = {"error": {"code": "storage_unavailable", "message": message}}
+            await _json(send, 503, body, [*cors, (b"retry-after", str(retry).encode())])
         except Exception:
             logger.exception("unhandled error serving %s %s", scope.get("method"), scope.get("path"))
             await _json(send, 500, {"error": {"code": "internal_error", "message": "Internal server error."}}, cors)
@@ -114,6 +127,9 @@ class ChatApp:
         elif len(segments) == 3 and segments[:2] == ["api", "runs"]:
             _allow(method, "GET")
             await _json(send, 200, await self.service.status(_run_id(segments[2]), principal), cors)
+        elif len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "result":
+            _allow(method, "GET")
+            await _json(send, 200, await self.service.result(_run_id(segments[2]), principal), cors)
         elif len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "cancel":
             _allow(method, "POST")
             state = await self.service.cancel(_run_id(segments[2]), principal)
@@ -141,14 +157,17 @@ class ChatApp:
     ) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         raw = query.get("startIndex", ["0"])[-1]
-        try:
-            start = int(raw)
-        except ValueError:
+        # ASCII digits only: int() would also take "+3", "1_0", " 7 " and digits of other scripts.
+        if not _START_INDEX.fullmatch(raw):
             raise InvalidRequestError(
-                f"startIndex must be an integer, got {raw!r}.", code="invalid_start_index"
-            ) from None
+                f"startIndex must be an integer in ASCII digits, optionally with a leading '-', got {raw!r}.",
+                code="invalid_start_index",
+            )
+        start = int(raw)
         resolved, count, first = await self.service.stream_start(run_id, start, principal)
-        await self._stream(run_id, resolved, count - 1, [], receive, send, cors, first)
+        # The seed's GET handler names the run too (x-workflow-run-id), like the POST.
+        extra = [(b"x-workflow-run-id", run_id.encode())]
+        await self._stream(run_id, resolved, count - 1, extra, receive, send, cors, first)
 
     async def _stream(
         self,
@@ -219,6 +238,8 @@ class ChatApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.on_startup is not None:
+                    await self.on_startup()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self.on_shutdown is not None:
@@ -239,13 +260,15 @@ def _run_id(value: str) -> str:
     return value
 
 
+_START_INDEX = re.compile(r"-?[0-9]{1,18}")
+
 MAX_JSON_DEPTH = 100
 """Deeper request bodies are refused: no UI message needs them, and they exhaust recursion later."""
 
 
 def _parse_json(body: bytes) -> Any:
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_refuse_constant)
     except ValueError as exc:  # also UnicodeDecodeError, and integers over Python's digit limit
         raise InvalidRequestError(f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
     except RecursionError:
@@ -258,6 +281,14 @@ def _parse_json(body: bytes) -> Any:
     if problem:
         raise InvalidRequestError(f"The request body {problem}.", code="invalid_json")
     return value
+
+
+def _refuse_constant(name: str) -> Any:
+    """Python's parser reads NaN, Infinity and -Infinity; JSON has no such values."""
+    raise InvalidRequestError(
+        f"The request body contains {name}, which is not valid JSON (send a number, a string or null).",
+        code="invalid_json",
+    )
 
 
 def _shape_problem(value: Any) -> str | None:

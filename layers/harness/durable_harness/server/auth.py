@@ -6,7 +6,11 @@ Modes (the template's ``AuthMode`` parameter, ``AUTH_MODE`` in the environment):
   tokens are configured (from Secrets Manager, or ``AUTH_TOKEN_HASHES`` locally), as
   ``name:hexdigest`` entries; the principal is the token's name.
 * ``iam``: the Function URL checks SigV4 (``AuthType: AWS_IAM``); the caller's ARN comes from the
-  request context that the Lambda Web Adapter forwards in ``x-amzn-request-context``.
+  request context that the Lambda Web Adapter forwards in ``x-amzn-request-context``. Only the
+  Function URL makes that context trustworthy: a local server (or a direct Invoke of the function)
+  would take whatever a client sends, so the local server refuses this mode unless told otherwise
+  for tests (``AUTH_IAM_ALLOW_LOCAL=1``). ``AUTH_IAM_PRINCIPAL=role`` keys the runs of assumed-role
+  callers by the role, without the session name (see :class:`IamAuth`).
 * ``none``: everyone is the principal ``anonymous``; for local development only.
 
 A run's stream, status and approvals are served only to the principal that started it.
@@ -22,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ..errors import InvalidRequestError
+from ..secretsmanager import read_secret
 
 ANONYMOUS = "anonymous"
 
@@ -66,10 +71,7 @@ class TokenAuth:
         """From a Secrets Manager secret holding the same entries (cached for ``max_age`` s)."""
 
         def load() -> Mapping[str, str]:
-            from aws_lambda_powertools.utilities.parameters import get_secret
-
-            value = get_secret(secret_id, max_age=max_age)
-            return parse_token_hashes(value.decode() if isinstance(value, bytes) else str(value))
+            return parse_token_hashes(read_secret(secret_id, max_age=max_age))
 
         return cls(load)
 
@@ -85,20 +87,55 @@ class TokenAuth:
         raise Unauthorized("The bearer token is not valid.")
 
 
+IAM_PRINCIPALS = ("caller", "role")
+"""How :class:`IamAuth` names an assumed-role caller: by its session (the default) or by its role."""
+
+
 class IamAuth:
-    """The caller's IAM identity, as verified by the Function URL (``AuthType: AWS_IAM``)."""
+    """The caller's IAM identity, as verified by the Function URL (``AuthType: AWS_IAM``).
+
+    The principal is the caller's ARN (``userArn``), or its ``callerId`` when there is no ARN. For
+    an assumed role the ARN names the session: ``arn:aws:sts::<account>:assumed-role/<role>/<session>``,
+    so every session is a principal of its own. With ``principal="role"`` the session name is
+    dropped (``arn:aws:sts::<account>:assumed-role/<role>``, and ``<role id>`` for a caller id
+    ``<role id>:<session>``): every session of a role sees the role's runs. Users and other
+    identities are named by their ARN either way.
+    """
+
+    def __init__(self, principal: str = "caller") -> None:
+        """Name assumed-role callers by their session (``"caller"``) or by their role (``"role"``)."""
+        if principal not in IAM_PRINCIPALS:
+            raise ValueError(f"AUTH_IAM_PRINCIPAL must be one of {', '.join(IAM_PRINCIPALS)}, not {principal!r}")
+        self.by_role = principal == "role"
 
     def authenticate(self, headers: Mapping[str, str]) -> str:
         """The caller ARN (or caller id) of the SigV4-signed request."""
-        raw = headers.get("x-amzn-request-context")
-        try:
-            iam = json.loads(raw or "{}").get("authorizer", {}).get("iam", {})
-        except (ValueError, AttributeError):
-            iam = {}
-        principal = iam.get("userArn") or iam.get("callerId")
-        if not principal:
-            raise Unauthorized("This endpoint requires a SigV4-signed request (AuthMode iam).")
-        return str(principal)
+        iam = _iam_context(headers.get("x-amzn-request-context"))
+        arn, caller_id = iam.get("userArn"), iam.get("callerId")
+        if isinstance(arn, str) and arn.strip():
+            return _role_of_arn(arn) if self.by_role else arn
+        if isinstance(caller_id, str) and caller_id.strip():
+            return caller_id.partition(":")[0] if self.by_role else caller_id
+        raise Unauthorized("This endpoint requires a SigV4-signed request (AuthMode iam).")
+
+
+def _iam_context(raw: str | None) -> dict[str, object]:
+    """``requestContext.authorizer.iam`` as an object; empty for anything malformed (then 401)."""
+    try:
+        context = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    authorizer = context.get("authorizer") if isinstance(context, dict) else None
+    iam = authorizer.get("iam") if isinstance(authorizer, dict) else None
+    return iam if isinstance(iam, dict) else {}
+
+
+def _role_of_arn(arn: str) -> str:
+    """An assumed-role session ARN without its session name; any other ARN as it is."""
+    prefix, sep, path = arn.partition(":assumed-role/")
+    if not sep or "/" not in path:
+        return arn
+    return f"{prefix}:assumed-role/{path.rsplit('/', 1)[0]}"
 
 
 def parse_token_hashes(entries: str) -> dict[str, str]:
@@ -119,14 +156,23 @@ def parse_token_hashes(entries: str) -> dict[str, str]:
     return hashes
 
 
-def authenticator_from_env(env: Mapping[str, str] = os.environ, *, default_mode: str = "token") -> Authenticator:
+def authenticator_from_env(
+    env: Mapping[str, str] = os.environ, *, default_mode: str = "token", local: bool = False
+) -> Authenticator:
     """The authenticator the environment asks for (``AUTH_MODE``, ``AUTH_TOKENS_SECRET``,
-    ``AUTH_TOKEN_HASHES``); a clear error when ``token`` mode has no tokens configured."""
+    ``AUTH_TOKEN_HASHES``, ``AUTH_IAM_PRINCIPAL``); a clear error when ``token`` mode has no tokens
+    configured, or when a ``local`` server is asked for ``iam`` mode without ``AUTH_IAM_ALLOW_LOCAL=1``."""
     mode = env.get("AUTH_MODE", default_mode).strip().lower()
     if mode == "none":
         return NoAuth()
     if mode == "iam":
-        return IamAuth()
+        if local and env.get("AUTH_IAM_ALLOW_LOCAL", "").strip() != "1":
+            raise ValueError(
+                "AUTH_MODE=iam works only behind a Lambda Function URL with AuthType AWS_IAM, which verifies "
+                "the caller; a local server would believe any request context a client sends. Use "
+                "AUTH_MODE=token locally (AUTH_IAM_ALLOW_LOCAL=1 allows iam for tests only)."
+            )
+        return IamAuth(env.get("AUTH_IAM_PRINCIPAL", "caller").strip().lower() or "caller")
     if mode == "token":
         if env.get("AUTH_TOKENS_SECRET"):
             return TokenAuth.from_secret(env["AUTH_TOKENS_SECRET"])

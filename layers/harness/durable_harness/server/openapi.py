@@ -33,9 +33,53 @@ _SSE = {
     },
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
-_ERRORS = {str(code): _ERROR for code in (400, 401, 404, 405, 409, 413)}
+_UNAVAILABLE = {
+    **_ERROR,
+    "description": "Storage is unavailable right now (code `storage_unavailable`); retry after `Retry-After` s.",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+}
+_ERRORS = {**{str(code): _ERROR for code in (400, 401, 404, 405, 409, 413)}, "503": _UNAVAILABLE}
 _PATH_RUN = [{"name": "runId", "in": "path", "required": True, "schema": _RUN_ID}]
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_USAGE = {
+    "type": "object",
+    "required": ["inputTokens", "outputTokens", "totalTokens"],
+    "properties": {k: {"type": "integer"} for k in ("inputTokens", "outputTokens", "totalTokens")},
+}
+_RESULT = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "required": ["runId", "status", "text", "finishReason", "totalUsage", "steps", "responseMessages"],
+            "properties": {
+                "runId": _RUN_ID,
+                "status": {"type": "string"},
+                "text": {"type": "string", "description": "The last step's text."},
+                "output": {"description": "The structured output, when the agent has one."},
+                "finishReason": {"type": "string"},
+                "totalUsage": _USAGE,
+                "steps": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["stepNumber", "finishReason", "usage", "text", "toolCalls", "toolResults"],
+                        "properties": {
+                            "stepNumber": {"type": "integer"},
+                            "finishReason": {"type": "string"},
+                            "usage": _USAGE,
+                            "text": {"type": "string"},
+                            "toolCalls": {"type": "array", "items": {"type": "object"}},
+                            "toolResults": {"type": "array", "items": {"type": "object"}},
+                        },
+                    },
+                },
+                "responseMessages": {"type": "array", "items": {"type": "object"}, "description": "ModelMessage[]"},
+                "pendingApprovals": {"type": "array", "items": {"type": "object"}},
+                "error": {"type": "string"},
+            },
+        }
+    }
+}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -61,6 +105,10 @@ def openapi_document() -> dict[str, Any]:
                                         "id": {"type": "string", "minLength": 1, "maxLength": 200},
                                         "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
                                     },
+                                    "additionalProperties": {
+                                        "description": "Call options (the AI SDK's `body` fields), validated "
+                                        "by the agent's `call_options` model; a bad one is a 400 naming it."
+                                    },
                                 }
                             }
                         },
@@ -83,6 +131,14 @@ def openapi_document() -> dict[str, Any]:
                     "summary": "A run's status, result and pending approvals.",
                     "parameters": _PATH_RUN,
                     "responses": {"200": {"description": "The run.", "content": _JSON_OBJECT}, **_ERRORS},
+                }
+            },
+            "/api/runs/{runId}/result": {
+                "get": {
+                    "summary": "The result of a run that ended or paused: response messages, steps, text, "
+                    "structured output, total usage (409 while it runs).",
+                    "parameters": _PATH_RUN,
+                    "responses": {"200": {"description": "The run's result.", "content": _RESULT}, **_ERRORS},
                 }
             },
             "/api/runs/{runId}/cancel": {

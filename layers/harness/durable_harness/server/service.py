@@ -8,23 +8,34 @@ Functions).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..agent.continuation import ApprovalAnswer
-from ..agent.execution import match_approvals
-from ..errors import FencedError, InvalidRequestError, ProtocolError, RunExistsError, RunNotFoundError, ToolError
+from ..agent.options import body_call_options
+from ..errors import (
+    FencedError,
+    HarnessError,
+    InvalidRequestError,
+    ProtocolError,
+    RunExistsError,
+    RunNotFoundError,
+    StorageError,
+)
 from ..ids import derived_run_id, new_id, new_run_id
-from ..ledger import approval_key
-from ..messages import ModelMessage
+from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
 from ..ports import CommitCadence, Orchestrator, RunSummary, read_summary, read_tail
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
+from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
-from ..runner.state import TERMINAL_STATUSES, RunState
+from ..runner.state import TERMINAL_STATUSES, RunState, pending_json
+from ..storage.health import StorageHealth
 from .notifier import CommitSignal
+
+logger = logging.getLogger(__name__)
 
 _FINISH_PREFIX = '{"type":"finish"'
 KEEPALIVE = None
@@ -53,6 +64,8 @@ class ServiceConfig:
     seconds waits at most about ``q / 4`` longer (a tool call's result, the next step)."""
     read_batch: int = 512
     max_messages: int = 1000
+    storage_retry_after: int = 2
+    """Seconds a ``503 storage_unavailable`` answer asks the client to wait (``Retry-After``)."""
 
 
 class ChatService:
@@ -65,33 +78,39 @@ class ChatService:
         *,
         signal: CommitSignal | None = None,
         config: ServiceConfig | None = None,
+        health: StorageHealth | None = None,
+        announce: Callable[[RunState, str], None] | None = None,
     ) -> None:
+        """``announce(state, kind)`` is told of the lifecycle transitions the service itself makes
+        (``"Run Cancelled"``); deployed, it publishes them on the event bus. Best effort: a failure
+        is logged, and the cancel stands."""
         self.runner = runner
         self.orchestrator = orchestrator
         self.signal = signal
         self.config = config or ServiceConfig()
+        self.health = health
+        """Known storage trouble (local mode): new streams of unfinished runs get a 503 meanwhile."""
+        self.announce = announce
 
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
         messages, chat_id = self._parse_body(body)
+        # Validated before anything is recorded: a bad option is a 400 that changes nothing.
+        call_options = self.runner.agent.parse_call_options(body_call_options(body))
         model_messages = self._to_model_messages(messages)
         last = messages[-1]
+        if last.role == "assistant" and not _answers_approvals(model_messages):
+            raise InvalidRequestError(
+                "The last message must be a user message, or an assistant message whose tool approval "
+                "requests carry the user's answers (an approval continuation); this one has none.",
+                code="invalid_last_message",
+            )
         # A continuation (after an approval) streams into the existing assistant message.
         message_id = last.id if last.role == "assistant" and last.id else new_id("msg")
         # A retried POST (same principal, chat and last message) gets the run it already started.
         run_id = derived_run_id(principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
-        secret = getattr(self.runner.agent, "approval_secret", None)
-        for answer in (a for a in match_approvals(model_messages) if a.pending):
-            request, call = answer.request, answer.call
-            if secret is not None and not secret.verify(
-                request.signature, request.approval_id, call.tool_call_id, call.tool_name, call.input
-            ):
-                continue  # never executed: the agent tells the model the approval was not valid
-            key = approval_key(
-                principal, message_id, answer.request.approval_id, answer.call.tool_call_id,
-                answer.call.tool_name, answer.call.input,
-            )  # fmt: skip
-            await asyncio.to_thread(self.runner.ledger.answer, key, run_id)
+        # Answers to approvals make it a continuation of the paused run: the runner finds that run
+        # through the approval ledger and verifies every answer (see Runner.create_run).
         try:
             state = await asyncio.to_thread(
                 self.runner.create_run,
@@ -100,11 +119,25 @@ class ChatService:
                 chat_id=chat_id,
                 principal=principal,
                 message_id=message_id,
+                call_options=call_options,
             )
         except RunExistsError:
             state = await self.load(run_id, principal)
         self.orchestrator.start(state.run_id)
+        # The run exists and is driven: once storage is back it goes on, and the retried POST
+        # (the same run id) streams it. A stream now could only send keep-alives.
+        await self.check_storage(state)
         return state
+
+    async def check_storage(self, state: RunState) -> None:
+        """``StorageError`` (a 503) when writes fail lately and the run has not finished: a new
+        stream of it could only send keep-alives. A run whose log is complete (``finish`` in) is
+        served whatever storage does."""
+        if self.health is None or not self.health.unavailable:
+            return
+        if state.terminal and await self.count(state.run_id) >= state.stream.chunk_count:
+            return
+        raise StorageError(f"storage writes fail ({self.health.last_error}); run {state.run_id} cannot go on yet")
 
     async def load(self, run_id: str, principal: str | None = None) -> RunState:
         """The run's checkpointed state, if ``principal`` may see it.
@@ -133,12 +166,16 @@ class ChatService:
 
         Returns ``(resolved start, the log's count, the chunks from the resolved start when the
         read of the count already brought them, else None)``. Raises ``RunNotFoundError`` for a
-        run the principal may not see, ``InvalidRequestError`` for an index past the end. Two
+        run the principal may not see, ``InvalidRequestError`` for an index past the end, and
+        ``StorageError`` (a 503) while storage is known to fail and the run's log is incomplete. Two
         storage reads in the common cases: the run's summary, and the log's tail with its count.
         """
         summary = await self.summary(run_id, principal)
         want = min(-start, self.config.read_batch) if start < 0 else RESUME_TAIL
         count, tail = await asyncio.to_thread(read_tail, self.runner.log, run_id, want)
+        if self.health is not None and self.health.unavailable:
+            # Known storage trouble (local mode): the full state says whether the run's log is complete.
+            await self.check_storage(await self.load(run_id))
         resolved = max(0, count + start) if start < 0 else start
         first = tail[resolved - (count - len(tail)) :] if count - len(tail) <= resolved <= count else None
         if summary.status not in TERMINAL_STATUSES:
@@ -163,10 +200,7 @@ class ChatService:
         """What the run API reports about a run."""
         state = await self.load(run_id, principal)
         result = state.final_result
-        pending_of = getattr(self.runner.agent, "pending_approvals", None)
-        pending = (
-            pending_of(state.turn) if state.status == "awaiting_tool_approval" and state.turn and pending_of else []
-        )
+        pending = pending_json(state) if state.status == "awaiting_tool_approval" else []
         body: dict[str, Any] = {
             "runId": state.run_id,
             "status": state.status,
@@ -188,56 +222,74 @@ class ChatService:
             body["error"] = state.error
         return {k: v for k, v in body.items() if v is not None}
 
+    async def result(self, run_id: str, principal: str | None) -> dict[str, Any]:
+        """The result of a run that ended (or paused): its response messages, steps, text, output and
+        usage. 409 while it still runs."""
+        state = await self.load(run_id, principal)
+        if not state.terminal:
+            raise InvalidRequestError(
+                f"Run {run_id} is still running ({state.status}); its result is ready once it ends "
+                f"(follow /api/chat/{run_id}/stream).",
+                code="run_in_progress",
+                status=409,
+            )
+        body: dict[str, Any] = {"runId": state.run_id, "status": state.status, **self.runner.result(state)}
+        if state.error:
+            body["error"] = state.error
+        return body
+
     async def cancel(self, run_id: str, principal: str | None) -> RunState:
         """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log."""
         state = await self.load(run_id, principal)
         if state.status == "awaiting_tool_approval" and state.continued_by is None:
             try:  # a paused run is abandoned: nothing runs, its log already ends with `finish`
-                return await asyncio.to_thread(self.runner.abandon, run_id)
+                abandoned = await asyncio.to_thread(self.runner.abandon, run_id)
             except FencedError:
                 raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
                                           status=409) from None  # fmt: skip
+            await self.runner.notify_cancel(abandoned)
+            await self._announce(abandoned, "Run Cancelled")
+            return abandoned
         if state.terminal:
             # A cancel that died between its terminal checkpoint and `finish` is completed here.
             await self.runner.finalize(run_id, status="cancelled")
             raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
         self.orchestrator.cancel(run_id)
-        return await self.runner.finalize(run_id, status="cancelled")
+        cancelled = await self.runner.finalize(run_id, status="cancelled")
+        if cancelled.status == "cancelled":  # not when the run ended by itself first
+            await self._announce(cancelled, "Run Cancelled")
+        return cancelled
+
+    async def _announce(self, state: RunState, kind: str) -> None:
+        if self.announce is None:
+            return
+        try:
+            await asyncio.to_thread(self.announce, state, kind)
+        except HarnessError as exc:  # a lost notification must not undo (or fail) what happened
+            logger.warning("run %s: could not announce %r: %s", state.run_id, kind, exc)
 
     async def answer_approvals(self, run_id: str, body: Any, principal: str | None) -> RunState:
         """Answer a paused run's approvals without a chat client; starts the continuation run."""
         state = await self.load(run_id, principal)
-        if state.status != "awaiting_tool_approval" or state.turn is None:
+        if state.status != "awaiting_tool_approval":
             raise InvalidRequestError(f"Run {run_id} is not waiting for approval ({state.status}).", code="not_paused",
                                       status=409)  # fmt: skip
-        continuation = getattr(self.runner.agent, "approval_continuation", None)
-        if continuation is None:
-            raise InvalidRequestError("This agent cannot be continued through the run API.", code="unsupported")
-        messages = continuation(state.turn, _parse_answers(body))
-        if state.continued_by is not None:
-            raise InvalidRequestError(f"Run {run_id} was already answered by run {state.continued_by}.",
-                                      code="already_answered", status=409)  # fmt: skip
+        answers = _parse_answers(body)
         new_id = new_run_id()
-        for pending in self.runner.agent.pending_approvals(state.turn):  # type: ignore[attr-defined]
-            key = approval_key(
-                state.principal, state.message_id, pending["approvalId"], pending["toolCallId"],
-                pending["toolName"], pending["input"],
-            )  # fmt: skip
-            await asyncio.to_thread(self.runner.ledger.answer, key, new_id)
-        try:  # record the answer first (a conditional write), so two answers cannot both start a run
-            await asyncio.to_thread(self.runner.mark_continued, run_id, new_id)
-        except FencedError:
-            raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
-                                      status=409) from None  # fmt: skip
+        # Checks the answers against the run's requests, marks them answered in the ledger and the
+        # paused run as continued (a conditional write, so two answers cannot both start a run).
+        continuation = await asyncio.to_thread(self.runner.continuations.from_answers, state, answers, new_id)
         new = await asyncio.to_thread(
             self.runner.create_run,
-            messages,
+            [],
             run_id=new_id,
             chat_id=state.chat_id,
             session_id=state.session_id,
             principal=state.principal,
             origin=state.origin,
             message_id=state.message_id,
+            call_options=state.call_options,
+            continuation=continuation,
         )
         self.orchestrator.start(new.run_id)
         return new
@@ -321,7 +373,7 @@ class ChatService:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
         allow = self.config.allow_system_messages
         if allow is None:
-            allow = bool(getattr(self.runner.agent, "allow_system_in_messages", False))
+            allow = self.runner.options.allow_system_in_messages
         if not allow:
             for i, message in enumerate(messages):
                 if message.role == "system":
@@ -341,14 +393,17 @@ class ChatService:
             converted = convert_to_model_messages(messages)
         except (ProtocolError, ValueError) as exc:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
-        try:
-            match_approvals(converted)  # every answer must match a request in the history
-        except ToolError as exc:
-            raise InvalidRequestError(f"Invalid approval: {exc}.", code="unknown_approval") from exc
+        pending_answers(converted)  # 400 for an answer whose request or call is not in the history
         return converted
 
 
-def _parse_answers(body: Any) -> list[ApprovalAnswer]:
+def _answers_approvals(messages: list[ModelMessage]) -> bool:
+    """True when the conversation ends with answers to tool approval requests (a continuation)."""
+    last = messages[-1] if messages else None
+    return isinstance(last, ToolMessage) and any(isinstance(p, ToolApprovalResponsePart) for p in last.content)
+
+
+def _parse_answers(body: Any) -> list[tuple[str, bool, str | None]]:
     items = body.get("approvals") if isinstance(body, dict) else None
     if not isinstance(items, list) or not items:
         raise InvalidRequestError(
@@ -365,5 +420,5 @@ def _parse_answers(body: Any) -> list[ApprovalAnswer]:
             raise InvalidRequestError(
                 f"approvals[{i}] needs a string approvalId, a boolean approved, an optional reason."
             )
-        answers.append(ApprovalAnswer(item["approvalId"], item["approved"], item.get("reason")))
+        answers.append((item["approvalId"], item["approved"], item.get("reason")))
     return answers

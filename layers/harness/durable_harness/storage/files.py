@@ -21,6 +21,8 @@ finds its first segment by bisecting the sorted segment starts, cached per run a
 (one ``listdir``) only when the count has grown past what the cache covers; appends made through
 this object extend the cache directly.
 
+Folders are created 0700 and files 0600 (:mod:`._private`): chunks hold whole conversations.
+
 POSIX only (``fcntl``).
 """
 
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import FencedError, LogConflictError, StorageError
+from ._private import FILE_MODE, make_private_dirs
 from .memory import check_chunks, check_read_args
 
 __all__ = ["FileChunkLog"]
@@ -92,7 +95,7 @@ class FileChunkLog:
         self._root = Path(root_dir)
         self._fsync = fsync
         try:
-            self._root.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self._root)
         except OSError as exc:
             raise StorageError(f"cannot create chunk log root {self._root}: {exc}") from exc
         self._guard = threading.Lock()
@@ -206,8 +209,8 @@ class FileChunkLog:
         # flock alone would also exclude threads (each opens its own descriptor); the thread lock
         # first keeps waiting threads from each holding a descriptor and a blocked flock call.
         with run_lock.lock:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(run_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+            make_private_dirs(run_dir)
+            fd = os.open(run_dir / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
@@ -235,7 +238,7 @@ class FileChunkLog:
         return run_dir / f".tmp-{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}"
 
     def _write_temp(self, path: Path, data: bytes) -> None:
-        with open(path, "xb") as f:
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb") as f:
             f.write(data)
             if self._fsync:
                 f.flush()

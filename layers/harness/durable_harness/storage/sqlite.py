@@ -8,6 +8,10 @@ Safe from several threads (one connection per store behind a lock; the async run
 
 Durability is ``synchronous=NORMAL``: a committed write survives a crash of the process, though
 not necessarily a power cut, which is the right trade for a development store.
+
+The same file keeps the local orchestrator's run leases (:class:`~durable_harness.ports.RunLeases`,
+decision D13) in a table of their own. The database file is created 0600 (SQLite gives its WAL and
+shared-memory files the same mode), its folder 0700.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +28,8 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from ..errors import FencedError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import Checkpoint, RunSummary
+from ..ports import ACTIVE_STATUSES, Checkpoint, Lease, RunSummary
+from ._private import make_private_dirs, touch_private
 
 __all__ = ["SqliteCheckpointStore"]
 
@@ -44,6 +49,12 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_chat ON runs (chat_id, write_seq);
 CREATE INDEX IF NOT EXISTS runs_by_write ON runs (write_seq);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
+CREATE TABLE IF NOT EXISTS leases (
+    run_id     TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
 """
 
 _COLUMNS = "run_id, version, epoch, status, principal, chat_id, state, meta"
@@ -171,6 +182,49 @@ class SqliteCheckpointStore:
                 self._raise_lost(conn, checkpoint.run_id, expected_version, "save")
             return self._select(conn, checkpoint.run_id)
 
+    # --- run leases (local orchestrator) -----------------------------------------------------------
+
+    def acquire_lease(
+        self, run_id: str, owner: str, until: float, *, now: float, steal_from: str | None = None
+    ) -> Lease:
+        """Take the run's lease if it is free, lapsed, ``owner``'s own, or ``steal_from``'s."""
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO leases (run_id, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (run_id) DO UPDATE"
+                " SET owner = excluded.owner, expires_at = excluded.expires_at"
+                " WHERE leases.owner = excluded.owner OR leases.expires_at < ? OR leases.owner = ?",
+                (run_id, owner, until, now, steal_from),
+            )
+            row = conn.execute("SELECT owner, expires_at FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+        return Lease(run_id, row[0], float(row[1]))
+
+    def renew_leases(self, owner: str, run_ids: Sequence[str], until: float) -> None:
+        """Extend ``owner``'s leases of ``run_ids`` to ``until``."""
+        if not run_ids:
+            return
+        with self._transaction() as conn:
+            conn.executemany(
+                "UPDATE leases SET expires_at = ? WHERE run_id = ? AND owner = ?",
+                [(until, run_id, owner) for run_id in run_ids],
+            )
+
+    def release_lease(self, run_id: str, owner: str) -> None:
+        """Drop the run's lease if ``owner`` holds it."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM leases WHERE run_id = ? AND owner = ?", (run_id, owner))
+
+    def lease_candidates(self, limit: int = 1000) -> list[Lease]:
+        """Every run neither terminal nor paused, and every leased run, with its lease."""
+        marks = ", ".join("?" for _ in ACTIVE_STATUSES)
+        with self._guard() as conn:
+            rows = conn.execute(
+                "SELECT r.run_id, l.owner, l.expires_at FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id"
+                f" WHERE r.status IN ({marks})"
+                " UNION SELECT run_id, owner, expires_at FROM leases ORDER BY 3 LIMIT ?",
+                (*ACTIVE_STATUSES, max(limit, 0)),
+            ).fetchall()
+        return [Lease(run_id, owner, float(expires or 0.0)) for run_id, owner, expires in rows]
+
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""
         query = f"SELECT {_COLUMNS} FROM runs"
@@ -215,7 +269,8 @@ class SqliteCheckpointStore:
         self._pid = os.getpid()
         try:
             if self._path != ":memory:" and not self._path.startswith("file:"):
-                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+                make_private_dirs(Path(self._path).parent)
+                touch_private(self._path)  # before SQLite creates it world-readable
             # isolation_level=None: we issue BEGIN/COMMIT ourselves, so that a write takes the
             # lock up front (BEGIN IMMEDIATE) instead of failing on a read-to-write upgrade.
             conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False)

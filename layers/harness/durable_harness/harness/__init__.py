@@ -1,0 +1,61 @@
+"""Bring your own harness: the interface the durable runner drives, and adapters for other runtimes.
+
+* :class:`Harness` and the types around it (:mod:`.interface`): what any agent runtime implements
+  to run durably (the built-in :class:`~durable_harness.Agent` implements it too);
+* :class:`ProcessHarness`: any program, over JSON lines on stdin and stdout (:mod:`.process`);
+* :class:`PydanticAIHarness`: a Pydantic AI ``Agent`` (needs ``durable-harness[pydantic-ai]``).
+
+See ``docs/harness.md`` for the interface and the wire protocol.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .interface import (
+    ApprovalDecision,
+    CancelNotice,
+    Checkpoint,
+    Continuation,
+    ContinueTurn,
+    GeneratorTurn,
+    Harness,
+    HarnessEvent,
+    HarnessOptions,
+    HarnessTurn,
+    PendingApproval,
+    StartTurn,
+    TurnRequest,
+)
+from .process import DEFAULT_STOP_GRACE_SECONDS, ProcessHarness
+
+if TYPE_CHECKING:
+    from .pydantic_ai import PydanticAIHarness
+
+__all__ = [
+    "DEFAULT_STOP_GRACE_SECONDS",
+    "ApprovalDecision",
+    "CancelNotice",
+    "Checkpoint",
+    "Continuation",
+    "ContinueTurn",
+    "GeneratorTurn",
+    "Harness",
+    "HarnessEvent",
+    "HarnessOptions",
+    "HarnessTurn",
+    "PendingApproval",
+    "ProcessHarness",
+    "PydanticAIHarness",
+    "StartTurn",
+    "TurnRequest",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Pydantic AI is an optional extra: import it only when its adapter is asked for.
+    if name == "PydanticAIHarness":
+        from .pydantic_ai import PydanticAIHarness
+
+        return PydanticAIHarness
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

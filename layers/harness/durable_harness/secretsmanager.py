@@ -1,0 +1,50 @@
+"""Secrets read at run time from AWS Secrets Manager, through Powertools Parameters.
+
+Every part of the harness that needs a secret reads it here: the key that signs tool approvals,
+the hashes of the bearer tokens, the model providers' API keys. A value is fetched when first
+needed and cached for ``max_age`` seconds (Powertools' cache, shared by the whole process), so a
+warm Lambda makes one ``GetSecretValue`` call per secret every ``max_age`` seconds and picks up a
+rotated value within that time.
+
+A value is never logged, stored or put in an error: a failure names the secret and the AWS error
+code only (:class:`~durable_harness.errors.SecretError` when reading again cannot help,
+:class:`~durable_harness.errors.SecretUnavailableError` when it may).
+"""
+
+from __future__ import annotations
+
+from .errors import RetryableError, SecretError, SecretUnavailableError
+
+__all__ = ["DEFAULT_MAX_AGE", "read_secret"]
+
+DEFAULT_MAX_AGE = 300
+"""Seconds a secret's value is cached before it is read again."""
+
+
+def read_secret(secret_id: str, *, max_age: int = DEFAULT_MAX_AGE) -> str:
+    """The string value of the secret ``secret_id`` (an ARN or a name), cached for ``max_age`` s."""
+    # Imported here: only deployments that name a secret pay for Powertools' and boto3's imports.
+    from aws_lambda_powertools.utilities.parameters import get_secret
+
+    try:
+        value = get_secret(secret_id, max_age=max_age)
+    except Exception as exc:
+        raise _read_failure(secret_id, exc) from exc
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _read_failure(secret_id: str, exc: Exception) -> SecretError | SecretUnavailableError:
+    """The domain error of a failed read, classified like every other AWS request of the library."""
+    from botocore.exceptions import ClientError
+
+    from .aws._errors import error_code, translate
+
+    # Powertools raises GetParameterError(str(error)) inside its ``except`` block: the botocore
+    # error it replaces is the new exception's context.
+    cause = exc.__cause__ or exc.__context__ or exc
+    if not isinstance(cause, Exception):
+        cause = exc
+    code = (error_code(cause) if isinstance(cause, ClientError) else "") or type(cause).__name__
+    if isinstance(translate(cause, "GetSecretValue"), RetryableError):
+        return SecretUnavailableError(secret_id, code)
+    return SecretError(secret_id, code)

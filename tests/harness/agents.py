@@ -1,0 +1,37 @@
+"""Harnesses for the tests, loadable as ``AGENT=tests.harness.agents:<name>``.
+
+``example`` is the example agent file's harness; the others run ``faulty_notes.py`` (the same
+program with one fault) with a short stop grace period, so that a test does not wait 10 s.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from durable_harness.harness import ProcessHarness
+
+from examples.harness_program.agent import agent as example
+from examples.harness_program.agent import get_weather
+
+HERE = Path(__file__).resolve().parent
+GRACE = 1.0
+BUILTIN = ["draft_note", "save_note", "work"]
+
+
+def faulty(mode: str, *, grace: float = GRACE) -> ProcessHarness:
+    """The example program with ``mode``'s fault injected (see ``faulty_notes.py``)."""
+    return ProcessHarness(
+        command=[sys.executable, str(HERE / "faulty_notes.py"), mode],
+        tools=[get_weather],
+        builtin_tools=BUILTIN,
+        stop_grace_seconds=grace,
+    )
+
+
+kills_mid_step = faulty("kill-mid-step")
+ignores_stop = faulty("ignore-stop")
+invalid_output = faulty("invalid-output")
+exits_early = faulty("exit-early")
+
+__all__ = ["example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kills_mid_step"]

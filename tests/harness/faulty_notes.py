@@ -1,0 +1,87 @@
+"""The example harness program with one fault injected, for the tests (the example stays clean).
+
+``python faulty_notes.py MODE``, MODE one of:
+
+* ``kill-mid-step``: the long task's second step is cut by SIGKILL right after its ``tool-call``
+  line, once per run (a marker file remembers it), like a crash or an OOM kill;
+* ``ignore-stop``: once per run, the program ignores ``stop`` and hangs (it must be killed);
+* ``invalid-output``: the first line written is not JSON;
+* ``exit-early``: once per run, the program exits 0 after the first step without ``finish``.
+
+The program is the example's own code; only its output and stop handling are wrapped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "harness_program"))
+import notes_harness as program
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else ""
+_first: dict[str, Any] = {}
+
+
+class _Tap:
+    """stdin, remembering the first line (it names the run)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def readline(self) -> str:
+        line: str = self.inner.readline()
+        if not _first and line:
+            _first.update(json.loads(line))
+        return line
+
+    def __iter__(self) -> Any:
+        return iter(self.inner)
+
+
+def once() -> bool:
+    """True the first time this run asks (a marker file per run and mode)."""
+    marker = Path(tempfile.gettempdir()) / f"dh-fault-{MODE}-{_first.get('runId', 'none')}"
+    if marker.exists():
+        return False
+    marker.touch()
+    return True
+
+
+_emit = program.emit
+_lines = [0]
+
+
+def emit(obj: dict[str, Any]) -> None:
+    _lines[0] += 1
+    if MODE == "invalid-output" and _lines[0] == 1:
+        sys.stdout.write("this is not JSON\n")
+        sys.stdout.flush()
+        time.sleep(5)  # the runner fails the run on that line; it does not wait for us
+        return
+    _emit(obj)
+    if MODE == "kill-mid-step" and obj.get("toolCallId") == "call_work_2" and obj["type"] == "tool-call" and once():
+        time.sleep(0.3)  # the line reaches the log before we die
+        os.kill(os.getpid(), signal.SIGKILL)
+    if MODE == "exit-early" and obj["type"] == "checkpoint" and once():
+        os._exit(0)
+
+
+def stop_requested() -> bool:
+    if program._stop.is_set() and MODE == "ignore-stop" and once():
+        time.sleep(3600)  # hangs: the runner kills it after the grace period
+    return program._stop.is_set()
+
+
+sys.stdin = _Tap(sys.stdin)  # type: ignore[assignment]
+program.emit = emit
+program.stop_requested = stop_requested
+
+if __name__ == "__main__":
+    program.main()

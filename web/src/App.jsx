@@ -1,0 +1,242 @@
+// The page: a top bar (Settings with the API token, New chat), the conversation, and the composer
+// with its status line. The conversation state is `useChat({ chat })` over the session's Chat.
+import { useChat } from '@ai-sdk/react';
+import { Component, useCallback, useEffect, useLayoutEffect, useRef, useState, useSyncExternalStore } from 'react';
+
+import { isToolPart, Message } from './Message.jsx';
+import { createSession } from './session.js';
+import { storage } from './storage.js';
+
+const SUGGESTIONS = ['What is the weather in Paris?', 'Save a note: buy milk'];
+
+/** "Failed to fetch chat: 404 {json error}" (the transport's wording) -> a readable line. */
+export function describeError(error) {
+  const text = String(error?.message ?? error ?? 'something went wrong');
+  const http = /^Failed to fetch chat: (\d{3}) ([\s\S]*)$/.exec(text);
+  if (!http) return `Error: ${text}`;
+  let detail = http[2].trim();
+  try {
+    detail = JSON.parse(detail).error?.message ?? detail;
+  } catch {
+    // not JSON: keep the body as it is
+  }
+  const hint = http[1] === '401' ? ' Set an API token in Settings.' : '';
+  return `Error (HTTP ${http[1]}): ${detail}${hint}`;
+}
+
+function statusText({ status, error, lastMessage, runId, resuming }) {
+  const runNote = runId ? ` (run ${runId})` : '';
+  switch (status) {
+    case 'submitted':
+      return resuming ? `Reconnecting to the reply${runNote}…` : 'Sending…';
+    case 'streaming':
+      return resuming ? `Streaming (resumed)${runNote}…` : `Streaming${runNote}…`;
+    case 'error':
+      return describeError(error);
+    default: {
+      const waiting = lastMessage?.role === 'assistant'
+        && lastMessage.parts.some((p) => isToolPart(p) && p.state === 'approval-requested');
+      return waiting ? 'Ready: a tool call is waiting for your approval' : 'Ready';
+    }
+  }
+}
+
+function nearBottom() {
+  const doc = document.scrollingElement ?? document.documentElement;
+  return doc.scrollHeight - doc.scrollTop - doc.clientHeight < 120;
+}
+
+function scrollToBottom() {
+  window.scrollTo({ top: document.documentElement.scrollHeight });
+}
+
+/** Keeps the composer usable if rendering a message ever throws (the error goes to the console). */
+class RenderGuard extends Component {
+  state = { failed: false };
+
+  static getDerivedStateFromError() {
+    return { failed: true };
+  }
+
+  componentDidUpdate(previous) {
+    if (this.state.failed && previous.messages !== this.props.messages) this.setState({ failed: false });
+  }
+
+  render() {
+    if (this.state.failed) return <p className="render-error" role="alert">This conversation could not be shown.</p>;
+    return this.props.children;
+  }
+}
+
+function Settings() {
+  const [token, setToken] = useState(() => storage.loadToken());
+  const details = useRef(null);
+  return (
+    <details className="settings" ref={details}>
+      <summary>Settings</summary>
+      <form className="settings__panel" onSubmit={(event) => {
+        event.preventDefault(); // Enter in the token field: the token is already saved
+        details.current.open = false;
+      }}>
+        <label htmlFor="token">API token</label>
+        <input id="token" name="token" type="password" autoComplete="off" autoCapitalize="off" spellCheck="false"
+               placeholder="only needed with AUTH_MODE=token" aria-describedby="token-hint" value={token}
+               onChange={(event) => {
+                 setToken(event.target.value);
+                 storage.saveToken(event.target.value.trim());
+               }} />
+        <p id="token-hint" className="hint">Sent as <code>Authorization: Bearer …</code> and kept in this browser's local storage.</p>
+      </form>
+    </details>
+  );
+}
+
+function ChatView({ session, focusPrompt, onReconnect }) {
+  const { messages, status, error, sendMessage, clearError, addToolApprovalResponse } = useChat({ chat: session.chat });
+  const { runId, resuming } = useSyncExternalStore(session.subscribe, session.getSnapshot);
+  // A rejected action (send, approval, cancel, resume) that the Chat did not report itself.
+  const [actionError, setActionError] = useState(null);
+  const [input, setInput] = useState('');
+  const prompt = useRef(null);
+  const form = useRef(null);
+  const stick = useRef(true);
+
+  const busy = status === 'submitted' || status === 'streaming';
+  const lastMessage = messages.at(-1);
+  const shownStatus = actionError && !busy ? 'error' : status;
+
+  useEffect(() => {
+    // A reply was streaming when the page went away: pick it up where the run is now.
+    if (session.getSnapshot().runId) session.resume().catch(setActionError);
+    if (focusPrompt) prompt.current.focus();
+  }, [session, focusPrompt]);
+
+  useEffect(() => {
+    const onScroll = () => { stick.current = nearBottom(); };
+    window.addEventListener('scroll', onScroll, { passive: true });
+    return () => window.removeEventListener('scroll', onScroll);
+  }, []);
+
+  // Follow a streaming reply, unless the reader scrolled up.
+  useLayoutEffect(() => {
+    if (busy && stick.current) scrollToBottom();
+  }, [messages, busy]);
+
+  const onApproval = useCallback((id, approved) => {
+    addToolApprovalResponse({ id, approved }).catch(setActionError);
+  }, [addToolApprovalResponse]);
+
+  const send = () => {
+    if (!input.trim() || busy) return;
+    if (status === 'error') clearError();
+    setActionError(null);
+    setInput('');
+    stick.current = true;
+    scrollToBottom();
+    sendMessage({ text: input }).catch(setActionError);
+  };
+
+  const dismiss = () => {
+    setActionError(null);
+    clearError();
+  };
+
+  const streamingId = busy && lastMessage?.role === 'assistant' ? lastMessage.id : undefined;
+  return (
+    <>
+      <main className="chat">
+        <div id="messages" className="messages" role="log" aria-label="Conversation" aria-live="polite"
+             aria-relevant="additions" aria-busy={busy}>
+          <RenderGuard messages={messages}>
+            {messages.map((message) => (
+              <Message key={message.id} message={message} streaming={message.id === streamingId} onApproval={onApproval} />
+            ))}
+          </RenderGuard>
+        </div>
+        {messages.length === 0 && (
+          <div id="empty" className="empty">
+            <p>Ask anything. With the demo model, try:</p>
+            <ul className="suggestions">
+              {SUGGESTIONS.map((text) => (
+                <li key={text}>
+                  <button type="button" className="button button--ghost suggestion" onClick={() => {
+                    setInput(text);
+                    prompt.current.focus();
+                  }}>{text}</button>
+                </li>
+              ))}
+            </ul>
+          </div>
+        )}
+      </main>
+
+      <footer className="composer">
+        <div className="statusbar">
+          <p id="status" className="status" role="status" data-status={shownStatus}>
+            {shownStatus === 'error' && actionError ? describeError(actionError)
+              : statusText({ status, error, lastMessage, runId, resuming })}
+          </p>
+          {shownStatus === 'error' && runId && (
+            <button type="button" className="button button--ghost button--small" onClick={onReconnect}>Reconnect</button>
+          )}
+          {shownStatus === 'error' && (
+            <button type="button" className="button button--ghost button--small" onClick={dismiss}>Dismiss</button>
+          )}
+        </div>
+        <form id="composer" className="composer__form" autoComplete="off" ref={form}
+              onSubmit={(event) => { event.preventDefault(); send(); }}>
+          <label htmlFor="prompt" className="visually-hidden">Message</label>
+          <textarea id="prompt" name="prompt" rows={2} placeholder="Send a message" aria-describedby="prompt-hint" required
+                    ref={prompt} value={input} onChange={(event) => setInput(event.target.value)}
+                    onKeyDown={(event) => {
+                      if (event.key === 'Enter' && !event.shiftKey && !event.nativeEvent.isComposing) {
+                        event.preventDefault();
+                        form.current.requestSubmit();
+                      }
+                    }} />
+          <span id="prompt-hint" className="visually-hidden">Enter sends; Shift+Enter starts a new line.</span>
+          <div className="composer__buttons">
+            <button type="submit" className="button button--primary" disabled={busy}>Send</button>
+            {busy && (
+              <button type="button" className="button" onClick={() => { session.cancel().catch(setActionError); }}>Stop</button>
+            )}
+          </div>
+        </form>
+      </footer>
+    </>
+  );
+}
+
+export function App() {
+  const [current, setCurrent] = useState(() => ({ session: createSession(), generation: 0, focusPrompt: false }));
+
+  /** A fresh session from localStorage (it resumes a stored run), as a page reload would make. */
+  const restart = async ({ clear, focusPrompt }) => {
+    if (current.session.disposed) return; // a second click while the first is under way
+    await current.session.dispose();
+    if (clear) storage.clearChat();
+    setCurrent(({ generation }) => ({ session: createSession(), generation: generation + 1, focusPrompt }));
+  };
+  const newChat = () => restart({ clear: true, focusPrompt: true });
+  // Not chat.resumeStream() on the same Chat: after a dropped connection it keeps the half-streamed
+  // reply and would append the run's replay (from chunk 0) to it; a fresh session replays the run
+  // onto the history as it was POSTed, exactly as after a reload.
+  const reconnect = () => restart({ clear: false, focusPrompt: false });
+
+  return (
+    <>
+      <a className="skip-link" href="#prompt">Skip to the message box</a>
+      <header className="topbar">
+        <div className="brand">
+          <h1>durable-harness</h1>
+          <p className="tagline">A durable agent: replies survive reloads and dropped connections.</p>
+        </div>
+        <div className="topbar__actions">
+          <Settings />
+          <button type="button" className="button button--ghost" onClick={newChat}>New chat</button>
+        </div>
+      </header>
+      <ChatView key={current.generation} session={current.session} focusPrompt={current.focusPrompt} onReconnect={reconnect} />
+    </>
+  );
+}

@@ -1,0 +1,148 @@
+// One UIMessage as an <article>: text, reasoning (subdued), tool calls as cards (with Approve /
+// Deny on a call waiting for approval), files and sources. Everything is rendered as text: no
+// HTML from the model reaches the DOM.
+import { memo, useState } from 'react';
+
+const TOOL_STATES = {
+  'input-streaming': 'Preparing input',
+  'input-available': 'Running',
+  'approval-requested': 'Waiting for approval',
+  'approval-responded': 'Answered',
+  'output-available': 'Done',
+  'output-error': 'Error',
+  'output-denied': 'Denied',
+};
+
+const AUTHORS = { user: 'You', assistant: 'Assistant' };
+
+export function isToolPart(part) {
+  return part.type === 'dynamic-tool' || part.type.startsWith('tool-');
+}
+
+export function toolName(part) {
+  return part.type === 'dynamic-tool' ? part.toolName : part.type.slice('tool-'.length);
+}
+
+function json(value) {
+  if (value === undefined) return '';
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+function CodeSection({ label, value, className, role }) {
+  return (
+    <div className={`tool-card__section ${className}`} role={role}>
+      <div className="tool-card__label">{label}</div>
+      <pre className="tool-card__code">{value}</pre>
+    </div>
+  );
+}
+
+function ApprovalActions({ name, approvalId, onApproval }) {
+  // Disabled once answered: the Chat then posts the continuation (sendAutomaticallyWhen).
+  const [answered, setAnswered] = useState(false);
+  const answer = (approved) => {
+    setAnswered(true);
+    onApproval(approvalId, approved);
+  };
+  return (
+    <div className="tool-card__actions" role="group" aria-label={`Approve or deny ${name}`}>
+      <p className="tool-card__question">Allow {name} to run with this input?</p>
+      <button type="button" className="button button--primary" data-action="approve" disabled={answered}
+              onClick={() => answer(true)}>Approve</button>
+      <button type="button" className="button button--danger" data-action="deny" disabled={answered}
+              onClick={() => answer(false)}>Deny</button>
+    </div>
+  );
+}
+
+function ToolCard({ part, onApproval }) {
+  const name = toolName(part);
+  const label = TOOL_STATES[part.state] ?? part.state;
+  let input = null;
+  if (part.input !== undefined) input = json(part.input);
+  else if (part.rawInput !== undefined) input = String(part.rawInput);
+
+  let result = null;
+  if (part.state === 'output-available') {
+    const outputLabel = part.preliminary ? 'Output (preliminary)' : 'Output';
+    result = <CodeSection label={outputLabel} value={json(part.output)} className="tool-card__output" />;
+  } else if (part.state === 'output-error') {
+    const errorText = part.errorText ?? 'The tool failed.';
+    result = <CodeSection label="Error" value={errorText} className="tool-card__error" role="note" />;
+  } else if (part.state === 'output-denied') {
+    const reason = part.approval?.reason;
+    result = <p className="tool-card__note">{reason ? `Denied: ${reason}` : 'You denied this call; it did not run.'}</p>;
+  }
+
+  let approval = null;
+  if (part.state === 'approval-requested' && part.approval) {
+    approval = <ApprovalActions key={part.approval.id} name={name} approvalId={part.approval.id} onApproval={onApproval} />;
+  } else if (part.state === 'approval-responded' && part.approval) {
+    approval = <p className="tool-card__note">{part.approval.approved ? 'Approved, running…' : 'Denied.'}</p>;
+  }
+
+  return (
+    <section className="part tool-card" data-part="tool" data-tool={name} data-state={part.state}
+             aria-label={`Tool call ${name}: ${label}`}>
+      <header className="tool-card__header">
+        <span className="tool-card__icon" aria-hidden="true">⚙</span>
+        <code className="tool-card__name">{name}</code>
+        <span className={`badge badge--${part.state}`} data-testid="tool-state">{label}</span>
+      </header>
+      {input != null && <CodeSection label="Input" value={input} className="tool-card__input" />}
+      {result}
+      {approval}
+    </section>
+  );
+}
+
+function Source({ part }) {
+  if (part.type === 'source-url') {
+    return (
+      <div className="part part--source" data-part="source">
+        Source: <a href={part.url} rel="noopener noreferrer" target="_blank">{part.title ?? part.url}</a>
+      </div>
+    );
+  }
+  return <div className="part part--source" data-part="source">Source: {part.title ?? part.filename ?? part.sourceId}</div>;
+}
+
+function Part({ part, onApproval }) {
+  if (part.type === 'text') return <div className="part part--text" data-part="text">{part.text}</div>;
+  if (part.type === 'reasoning') {
+    return (
+      <div className="part part--reasoning" data-part="reasoning">
+        <span className="part__label">Reasoning</span>
+        <p className="reasoning__text">{part.text}</p>
+      </div>
+    );
+  }
+  if (isToolPart(part)) return <ToolCard part={part} onApproval={onApproval} />;
+  if (part.type === 'file') return <div className="part part--file" data-part="file">📎 {part.filename ?? part.mediaType}</div>;
+  if (part.type === 'source-url' || part.type === 'source-document') return <Source part={part} />;
+  return null; // step-start, data-*, custom: nothing to show
+}
+
+/**
+ * A message; memoized, so while a reply streams only the streaming message re-renders (the Chat
+ * replaces just that message object on each chunk).
+ */
+export const Message = memo(function Message({ message, streaming, onApproval }) {
+  const author = AUTHORS[message.role] ?? 'System';
+  const className = `message message--${message.role}${streaming ? ' message--streaming' : ''}`;
+  return (
+    <article className={className} data-role={message.role} data-message-id={message.id} aria-label={author}>
+      <div className="message__author">{author}</div>
+      <div className="message__body">
+        {(message.parts ?? []).map((part, index) => (
+          // Parts only ever grow at the end, so the index is a stable key.
+          <Part key={index} part={part} onApproval={onApproval} />
+        ))}
+      </div>
+    </article>
+  );
+});
