@@ -96,7 +96,7 @@ def test_a_new_incarnation_has_an_empty_log_that_never_shows_the_old_one(ddb: An
     for epoch, start, tag in ((1, 0, "a"), (2, 3, "b"), (5, 6, "c")):  # three slices, fences up to 5
         assert log.open(run_id, epoch) == start
         log.append(run_id, start, chunks(tag, 3 if tag != "c" else 4), epoch)
-    log.append(run_id, 10, [finish()], 5)
+    log.append(run_id, 10, [finish()], 5)  # the run's end: sealed into S3
     old_log = log.read(run_id, 0)
     assert old_log[-2:] == [chunks("c", 4)[-1], finish()]  # this reader's cache now holds the old log
     old_keys = log_keys(items(ddb, run_id))
@@ -121,9 +121,14 @@ def test_a_new_incarnation_has_an_empty_log_that_never_shows_the_old_one(ddb: An
         assert reader.read(run_id, 0) == [*chunks("new", 2), finish()]
         assert reader.read(run_id, 1, 1) == chunks("new", 2)[1:]
         assert reader.tail(run_id, 2) == (3, [chunks("new", 2)[1], finish()])
-    # The old items are still there, below the new ones.
+    # The old items are still there, below the new ones; each run's sealed segment is apart.
     new_keys = set(log_keys(items(ddb, run_id))) - set(old_keys)
     assert all(old in k for k in old_keys) and all(new in k for k in new_keys) and max(old_keys) < min(new_keys)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"runs/{run_id}/")["Contents"]]
+    assert sorted(keys) == sorted([f"runs/{run_id}/{old}/seg/{0:013d}-{11:013d}.ndjson",
+                                   f"runs/{run_id}/{new}/seg/{0:013d}-{3:013d}.ndjson"])  # fmt: skip
+    body = s3.get_object(Bucket=BUCKET, Key=f"runs/{run_id}/{old}/seg/{0:013d}-{11:013d}.ndjson")["Body"].read()
+    assert body.decode().splitlines() == old_log
 
 
 def test_a_reader_that_trusts_the_old_incarnation_finds_the_new_one_at_the_top(ddb: Any, s3: Any) -> None:

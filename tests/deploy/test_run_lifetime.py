@@ -57,6 +57,7 @@ def test_a_run_id_used_again_after_its_record_expired_is_a_new_run_with_its_own_
     assert first["status"] == "SUCCEEDED"
     first_log = log_of(stack, run_id)
     old_segments = segment_keys(stack, run_id)
+    assert len(old_segments) == 1  # the finish sealed the whole log
     old_items = {k for k in run_items(stack, run_id) if k.startswith("c#")}
 
     # RunTtlDays later. Simulated: DynamoDB's TTL expiry of the run's record is set to the past
@@ -85,6 +86,8 @@ def test_a_run_id_used_again_after_its_record_expired_is_a_new_run_with_its_own_
     second_log = log_of(stack, run_id)
     assert_complete_turn(second_log)
     assert "reset-step" not in types(second_log) and len(second_log) == len(first_log)
+    new_segments = [k for k in segment_keys(stack, run_id) if k not in old_segments]
+    assert new_segments and all(k.split("/")[2] != old_segments[0].split("/")[2] for k in new_segments)
     new_items = {k for k in run_items(stack, run_id) if k.startswith("c#")} - old_items
     assert new_items and min(new_items) > max(old_items)  # the new incarnation's keys sort above
     assert agents.CONTROL.executions == {"alpha": 2, "beta": 2}  # each run ran its tools once
@@ -108,7 +111,8 @@ def test_every_segment_and_state_object_of_a_run_expires_after_its_record(stack:
     record_expiry = int(items["run"]["expires_at"]["N"])
     created = int(datetime.fromisoformat(items["run"]["created_at"]["S"]).timestamp())
     assert record_expiry <= created + days * DAY
-    objects = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{run_id}/").get("Contents", [])
+    objects = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{run_id}/")["Contents"]
+    assert objects
     for obj in objects:
         # S3 expires an object `days` after it was written, rounded up to the next midnight UTC.
         written = obj["LastModified"].astimezone(UTC).timestamp()

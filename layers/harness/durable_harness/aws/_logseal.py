@@ -1,9 +1,15 @@
-"""The chunk log's S3 side: segments (``[a, b)`` of one generation in one object, listed by the
-generation's segment index), and spilled appends.
+"""The chunk log's S3 side: sealed segments (the log of record), spilled appends, and the seal record.
 
-Objects live in the incarnation's folder, ``<prefix><run_id>/<inc>/`` (``<prefix><run_id>/``
-without an incarnation): a segment at ``seg/<a, 13 digits>-<b, 13 digits>.ndjson`` (one chunk per
-line), an append too large for an item under ``spill/``, read through the item that points at it.
+A *seal* copies the committed chunks ``[a, b)`` of one generation into one S3 object,
+``<prefix><run_id>/<inc>/seg/<a, 13 digits>-<b, 13 digits>.ndjson`` (one chunk per line; without
+an incarnation, ``<prefix><run_id>/seg/...``), and then records it in the generation's segment
+index with one conditional UpdateItem (``sealed = :a`` before, ``:b`` after). The object's key and
+bytes follow from the committed chunks alone, so sealing again after a crash between the two
+writes puts the same object again and records it: harmless. An object whose record never lands
+(its sealer lost a race) is never read, and the bucket's lifecycle rule removes it.
+
+Spilled appends (too large for an item) live under ``.../spill/`` and are read through the item
+that points at them.
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import StorageError
-from ._errors import aws_errors, error_code, translate
+from ._errors import aws_errors, error_code, error_item, translate
 from ._logitems import IndexItem, decode_chunks, decode_item, gen_inc, index_key
 
 __all__ = ["Segments"]
+
+_NAMES = {"#s": "sealed", "#ends": "ends", "#x": "expires_at"}
 
 
 class Segments:
@@ -74,6 +82,41 @@ class Segments:
             )
         found = decode_item(item, run_id) if item else None
         return found if isinstance(found, IndexItem) else IndexItem(gen)
+
+    def record(self, run_id: str, gen: str, start: int, end: int, expires_at: int | None) -> int:
+        """Record the segment ``[start, end)`` after the index's last; returns what is sealed now.
+
+        Conditional on the index ending at ``start``: when another sealer got there first (or
+        this one did, and the reply was lost) nothing changes and the index's end comes back.
+        """
+        update = "SET #s = :end, #ends = list_append(if_not_exists(#ends, :nil), :new)"
+        values: dict[str, Any] = {
+            ":start": {"N": str(start)}, ":end": {"N": str(end)}, ":nil": {"L": []}, ":new": {"L": [{"N": str(end)}]},
+        }  # fmt: skip
+        if expires_at is not None:
+            update += ", #x = :x"
+            values[":x"] = {"N": str(expires_at)}
+        # Created with the run record at 0; a log of no record gets its index with its first seal.
+        condition = "#s = :start" if start else "attribute_not_exists(#s) OR #s = :start"
+        names = {k: v for k, v in _NAMES.items() if k in update + condition}
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(run_id, gen),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise translate(exc, f"recording a segment of run {run_id!r}") from exc
+            old = error_item(exc) or {}
+            return int(old.get("sealed", {}).get("N", "0"))
+        except BotoCoreError as exc:
+            raise translate(exc, f"recording a segment of run {run_id!r}") from exc
+        return end
 
     @staticmethod
     def _key(run_id: str, gen: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The deployed chunk log: one DynamoDB item per append, large appends in S3 (D4).
+"""The deployed chunk log: a DynamoDB hot tail, sealed into S3 segments (the log of record) (D4).
 
 Layout (keys in :mod:`._logitems`, S3 objects in :mod:`._logseal`). An append (one group-commit
 flush) is one item in the runs table, next to the run record: ``pk=<run_id>,
@@ -14,8 +14,18 @@ and a later incarnation's keys sort after an earlier one's. Readers and writers 
 the run's ``c#`` keys as the current log, so a run id used again after its record expired starts
 with an empty log and never sees the old one's items, which stay (with their TTL) below it.
 
-Items carry the same TTL as the run's S3 objects (``ttl_seconds``: the runtime passes the chunk
-retention), so they outlive the run record.
+Sealing. The writer copies the committed chunks into S3 segments, one ``PutObject`` and one
+conditional ``UpdateItem`` of the segment index per seal: when it appends the run's terminal
+``finish``, and when the unsealed tail passes ``seal_chunks`` chunks or ``seal_bytes`` bytes (what
+it wrote). Nothing per flush: the hot path stays one ``PutItem``. A crash between the two writes
+leaves an unrecorded object; the next seal writes the same key again and records it. A seal that
+fails is only logged: the items stay readable, and the next seal covers what this one missed.
+
+Reading prefers the items (one Query reads any stretch near the end) and falls back to the sealed
+segments for whatever has no item (items deleted).
+Hot items carry the same TTL as the run's S3 objects (``ttl_seconds``: the runtime passes the
+chunk retention), so they outlive the record: dropping them earlier would save little (a run's
+items are a few hundred KB) and would lose a tail whose seal failed.
 
 Fencing, without a head item: the last item's epoch is the fence. ``open(e)`` reads the last item
 (fenced if its epoch is newer) and puts a marker (``n=0``) at the log's end; an append is a
@@ -30,6 +40,7 @@ or not anything is new. A cold ``read`` adds the Query that finds the current ge
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import threading
@@ -40,19 +51,22 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import FencedError, LogConflictError, StorageError
+from ..errors import FencedError, HarnessError, LogConflictError, StorageError
 from ..storage.memory import check_chunks, check_read_args
 from ._errors import error_code, error_item, translate
 from ._logitems import MAX_INDEX, LogItem, chunk_key, decode_item, encode_chunks, generation
-from ._logread import LogReader, Top, lk
+from ._logread import LogReader, NewGeneration, Top, lk
 from ._logseal import Segments
 
 __all__ = ["DynamoChunkLog"]
+
+logger = logging.getLogger(__name__)
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _OPEN_ATTEMPTS = 20
 _CONDITION = "attribute_not_exists(pk) OR (#n = :zero AND #e <= :e)"
 _NAMES = {"#n": "n", "#e": "e"}
+_FINISH = '{"type":"finish"'
 
 
 @dataclass(frozen=True)
@@ -62,13 +76,19 @@ class _Writer:
     gen: str
     epoch: int
     end: int
+    sealed: int
+    unsealed: int = 0
+    """Bytes this object appended since ``sealed`` (what it knows of the unsealed tail)."""
+    retry_at: int = 0
+    """After a failed seal, the next size-triggered one waits for this count."""
 
 
 class DynamoChunkLog:
-    """A :class:`~durable_harness.ports.ChunkLog` in the runs table (and S3 for large appends).
+    """A :class:`~durable_harness.ports.ChunkLog` in the runs table, sealed into S3.
 
-    ``table_name`` is the runs table; ``bucket`` and ``s3_client`` hold appends over
-    ``spill_bytes`` (after compression). ``ttl_seconds`` (``None``: never) sets the items' ``expires_at``.
+    ``table_name`` is the runs table; ``bucket`` and ``s3_client`` hold the sealed segments and
+    appends over ``spill_bytes`` (after compression). ``seal_chunks`` and ``seal_bytes`` bound the
+    unsealed tail. ``ttl_seconds`` (``None``: never) sets the items' ``expires_at``.
     ``cache_bytes`` bounds the cache of committed chunks; ``max_workers`` the parallel requests
     of one read.
     """
@@ -82,6 +102,8 @@ class DynamoChunkLog:
         bucket: str,
         prefix: str = "runs/",
         spill_bytes: int = 16 * 1024,
+        seal_chunks: int = 20_000,
+        seal_bytes: int = 4 * 1024 * 1024,
         ttl_seconds: int | None = 30 * 86400,
         cache_bytes: int = 8 * 1024 * 1024,
         max_workers: int = 8,
@@ -90,9 +112,12 @@ class DynamoChunkLog:
         """Use ``table_name`` and ``bucket`` through the given clients; see the class docstring."""
         if not 0 < spill_bytes <= 350_000:
             raise ValueError("spill_bytes must be in (0, 350000]: a DynamoDB item holds at most 400 KB")
+        if seal_chunks < 1 or seal_bytes < 1:
+            raise ValueError("seal_chunks and seal_bytes must be positive")
         self._table = table_name
         self._ddb = dynamodb_client
         self._spill = spill_bytes
+        self._seal_chunks, self._seal_bytes = seal_chunks, seal_bytes
         self._ttl = ttl_seconds
         self._clock = clock
         self._segments = Segments(
@@ -122,7 +147,7 @@ class DynamoChunkLog:
             end = self._fence_check(run_id, top, epoch)
             old = self._put(run_id, top.gen, end, epoch, secrets.token_hex(8), None)
             if old is None:
-                self._remember(run_id, _Writer(top.gen, epoch, end))
+                self._remember(run_id, _Writer(top.gen, epoch, end, top.index.sealed if top.index else 0))
                 return end
             if old.epoch > epoch:
                 raise self._fenced(run_id, epoch, old.epoch)
@@ -143,7 +168,7 @@ class DynamoChunkLog:
                 end = self._fence_check(run_id, top, epoch)
                 if end != start:
                     raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {end} chunks")
-                writer = _Writer(top.gen, epoch, end)
+                writer = _Writer(top.gen, epoch, end, top.index.sealed if top.index else 0)
             if not chunks:
                 return start  # an empty item would take the key of the next real one
             return self._append(run_id, writer, tuple(chunks))
@@ -215,7 +240,12 @@ class DynamoChunkLog:
             raise LogConflictError(f"run {run_id!r}: append at {start}, but the log already holds chunks there")
         end = start + len(chunks)
         self._r.cache.put(lk(run_id, gen), start, chunks, len(encoded.raw))
-        self._remember(run_id, replace(writer, end=end))
+        writer = replace(writer, end=end, unsealed=writer.unsealed + len(encoded.raw))
+        self._remember(run_id, writer)
+        if chunks[-1].startswith(_FINISH) or (
+            end >= writer.retry_at and (end - writer.sealed >= self._seal_chunks or writer.unsealed >= self._seal_bytes)
+        ):
+            self._seal_quietly(run_id, writer)
         return end
 
     def _put(
@@ -255,6 +285,32 @@ class DynamoChunkLog:
         except BotoCoreError as exc:
             raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
         return None
+
+    def _seal_quietly(self, run_id: str, writer: _Writer) -> None:
+        """Seal the writer's unsealed tail; a failure is logged (the items still hold it)."""
+        try:
+            sealed = self._seal(run_id, writer.gen, writer.sealed, writer.end)
+        except (HarnessError, NewGeneration) as exc:
+            logger.warning("run %s: could not seal chunks %d-%d: %s", run_id, writer.sealed, writer.end, exc)
+            sealed, retry_at = writer.sealed, writer.end + max(1, self._seal_chunks // 8)
+        else:
+            retry_at = 0
+        with self._lock:
+            if self._writers.get(run_id) == writer:  # not replaced meanwhile
+                self._writers[run_id] = replace(
+                    writer, sealed=max(sealed, writer.sealed), unsealed=0, retry_at=retry_at
+                )
+
+    def _seal(self, run_id: str, gen: str, start: int, end: int) -> int:
+        """Copy chunks ``[start, end)`` into a segment and record it; returns the sealed count."""
+        out: list[str] = []
+        pos = self._r.take_cached(lk(run_id, gen), start, end, out)
+        if pos < end:
+            items, index, _ = self._r.forward(run_id, gen, pos, end)
+            out += self._r.assemble(run_id, gen, index, items, pos, end)
+        raw = "".join(chunk + "\n" for chunk in out).encode("utf-8")
+        self._segments.put(self._segments.segment_key(run_id, gen, start, end), raw, run_id)
+        return self._segments.record(run_id, gen, start, end, self._expiry())
 
     def _fence_check(self, run_id: str, top: Top, epoch: int) -> int:
         """The log's end, if ``epoch`` may write there (else ``FencedError``)."""
