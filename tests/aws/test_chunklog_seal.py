@@ -1,5 +1,6 @@
 """DynamoChunkLog's S3 side: sealed segments (the log of record), the segment index, reads from
-segments when items are gone, crashes mid-seal."""
+segments when items are gone, crashes mid-seal, and logs of the previous format (S3 segments and
+a head item) read and taken over after the upgrade."""
 
 from __future__ import annotations
 
@@ -204,3 +205,65 @@ def test_a_seal_record_lands_only_where_the_index_ends(ddb: Any, s3: Any) -> Non
     assert index_of(ddb, run_id) == (7, [7])
     assert index.record(run_id, gen, 7, 9, None) == 9  # the next segment goes after it
     assert index_of(ddb, run_id) == (9, [7, 9])
+
+
+# --- the previous format --------------------------------------------------------------------------
+
+
+def legacy_log(
+    ddb: Any, s3: Any, run_id: str, parts: list[list[str]], epoch: int = 3, inc: str | None = "a1b2c3d4e5"
+) -> None:
+    """A log as the previous S3 chunk log left it: a head item and one object per append (the
+    committed one at each start has the highest epoch), plus orphans it never committed."""
+    head: dict[str, Any] = {"pk": {"S": run_id}, "sk": {"S": "log"}, "epoch": {"N": str(epoch)}}
+    folder = f"runs/{run_id}/{inc}/seg/" if inc else f"runs/{run_id}/seg/"
+    start = 0
+    for part in parts:
+        for e, body in ((epoch, part), (epoch - 1, ["orphan"] * len(part))):  # an orphan of a fenced writer
+            name = f"{10**12 - start:013d}-{10**12 - e:013d}"
+            s3.put_object(Bucket=BUCKET, Key=folder + name, Body="".join(c + "\n" for c in body).encode())
+        start += len(part)
+    s3.put_object(Bucket=BUCKET, Key=f"{folder}{10**12 - start:013d}-{10**12 - epoch:013d}", Body=b"uncommitted\n")
+    head.update({"count": {"N": str(start)}, "writer": {"N": str(epoch)}, "writer_from": {"N": "0"}})
+    if inc:
+        head["inc"] = {"S": inc}
+    ddb.put_item(TableName=TABLE, Item=head)
+
+
+@pytest.mark.parametrize("inc", ["a1b2c3d4e5", None], ids=["incarnation", "before-incarnations"])
+def test_a_log_of_the_previous_format_is_read_as_it_is(ddb: Any, s3: Any, inc: str | None) -> None:
+    run_id = new_run_id()
+    expected = [*chunks(0, 9), FINISH]
+    legacy_log(ddb, s3, run_id, [expected[:4], expected[4:5], expected[5:]], inc=inc)
+    every_read(ddb, s3, run_id, expected)
+    assert log_items(ddb, run_id) == {}  # reading changes nothing
+
+
+def test_the_first_writer_after_the_upgrade_fences_the_previous_log_and_seals_it(ddb: Any, s3: Any) -> None:
+    run_id = new_run_id()
+    before = chunks(0, 7)
+    legacy_log(ddb, s3, run_id, [before[:3], before[3:]], epoch=3)
+    log = new_log(ddb, s3)
+    with pytest.raises(FencedError):
+        log.open(run_id, 2)  # older than the previous log's fence
+    assert log.open(run_id, 4) == 7
+    head = ddb.get_item(TableName=TABLE, Key={"pk": {"S": run_id}, "sk": {"S": "log"}})["Item"]
+    assert head["epoch"] == {"N": "4"}  # a slice still on the previous code can commit no more
+    assert index_of(ddb, run_id) == (7, [7])
+    assert list(segments(s3, run_id).values()) == [before]  # one segment in the new layout
+    log.append(run_id, 7, [*chunks(7, 2), FINISH], 4)
+    expected = [*before, *chunks(7, 2), FINISH]
+    every_read(ddb, s3, run_id, expected)
+    assert index_of(ddb, run_id) == (10, [7, 10])
+    # A later open (the next slice) goes on in the new layout.
+    assert new_log(ddb, s3).open(run_id, 5) == 10
+
+
+def test_an_empty_log_of_the_previous_format_is_taken_over(ddb: Any, s3: Any) -> None:
+    run_id = new_run_id()
+    legacy_log(ddb, s3, run_id, [], epoch=0)
+    log = new_log(ddb, s3)
+    assert log.read(run_id, 0) == [] and log.tail(run_id, 3) == (0, [])
+    assert log.open(run_id, 1) == 0
+    log.append(run_id, 0, [*chunks(0, 2), FINISH], 1)
+    every_read(ddb, s3, run_id, [*chunks(0, 2), FINISH])
