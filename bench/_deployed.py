@@ -8,7 +8,8 @@
   slice invocations timed, chunk-log appends (flushes) recorded;
 * :func:`build_finished_run`: a finished run of ``n`` chunks written straight into moto, in the
   layout of whichever chunk log the tree has (this script also measures the previous tree);
-* :func:`is_log_request`, :func:`by_op`: which requests are the chunk log's, and a count by kind;
+* :func:`is_log_request`, :func:`is_seal_request`, :func:`by_op`: which requests are the chunk log's
+  (and which of them seal it into S3), and a count by kind;
 * :func:`calibrate`: deltas per step for a cost run of an exact number of chunks.
 
 Works against the current tree and the baseline tree alike: it only uses what both have.
@@ -251,6 +252,14 @@ def is_log_request(request: Any) -> bool:
     if request.service == "s3":
         return request.op == "ListObjectsV2" or "/seg/" in request.item or "/spill/" in request.item
     return False
+
+
+def is_seal_request(request: Any) -> bool:
+    """A request that seals the chunk log into S3: a segment's PUT, or its record in the segment
+    index (the previous tree has neither: its per-append objects have no ``.ndjson`` suffix)."""
+    if request.service == "s3":
+        return request.op == "PutObject" and "/seg/" in request.item and request.item.endswith(".ndjson")
+    return request.service == "dynamodb" and request.op == "UpdateItem" and request.item.endswith("#~")
 
 
 def by_op(requests: list[Any]) -> dict[str, int]:
