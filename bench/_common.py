@@ -411,9 +411,9 @@ class MotoAws:
 
         return DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET, **options)
 
-    def put_log_direct(self, run_id: str, chunks: Sequence[str], per_item: int) -> None:
+    def put_log_direct(self, run_id: str, chunks: Sequence[str], per_item: int, gen: str = "0000000000000") -> None:
         """Store a chunk log straight into moto (no HTTP): builds big logs fast."""
-        put_log_direct(TABLE, run_id, chunks, per_item)
+        put_log_direct(TABLE, run_id, chunks, per_item, gen=gen)
 
 
 def put_log_direct(
@@ -431,6 +431,15 @@ def put_log_direct(
         item = {"pk": {"S": run_id}, "sk": {"S": chunk_key(gen, start)}, "n": {"N": str(len(part))},
                 "e": {"N": str(epoch)}, "w": {"S": "direct"}, "d": encode_chunks(part).attribute}  # fmt: skip
         backend.put_item(table, item)
+
+
+def log_generation(ddb: Any, table: str, run_id: str) -> str:
+    """The generation of a run's current chunk log (what the run record's creation wrote)."""
+    found = ddb.query(
+        TableName=table, KeyConditionExpression="pk = :p AND begins_with(sk, :c)", ScanIndexForward=False,
+        ExpressionAttributeValues={":p": {"S": run_id}, ":c": {"S": "c#"}}, Limit=1,
+    )["Items"]  # fmt: skip
+    return str(found[0]["sk"]["S"].split("#")[1])
 
 
 def text_delta(i: int) -> str:

@@ -236,13 +236,9 @@ def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, 
     store.create(Checkpoint(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished",
                             principal=principal))  # fmt: skip
     if hasattr(aws, "DynamoChunkLog"):  # the items of the incarnation the record's creation made
-        from _common import put_log_direct
+        from _common import log_generation, put_log_direct
 
-        found = stack.client("dynamodb").query(
-            TableName=table, KeyConditionExpression="pk = :p AND begins_with(sk, :c)", ScanIndexForward=False,
-            ExpressionAttributeValues={":p": {"S": run_id}, ":c": {"S": "c#"}}, Limit=1,
-        )["Items"]  # fmt: skip
-        put_log_direct(table, run_id, chunks, 10, gen=found[0]["sk"]["S"].split("#")[1])
+        put_log_direct(table, run_id, chunks, 10, gen=log_generation(stack.client("dynamodb"), table, run_id))
 
 
 def is_log_request(request: Any) -> bool:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from _common import MotoAws, RequestMeter, busy_ms, machine, median, table, text_delta, verdict
+from _common import TABLE, MotoAws, RequestMeter, busy_ms, log_generation, machine, median, table, text_delta, verdict
 from durable_harness.messages import AssistantMessage, TextPart, UserMessage
 from durable_harness.ports import Checkpoint
 from durable_harness.runner.runner import Runner
@@ -105,12 +105,8 @@ def build_deployed_log(aws: MotoAws, run_id: str, n: int, segment: int) -> None:
     backend, no HTTP), the last append through the adapter."""
     ddb, s3 = aws.clients(meter=None)
     log = aws.log(ddb, s3)
-    count = (n - 1) // segment * segment
-    aws.put_log_direct(run_id, [text_delta(i) for i in range(count)], segment)
-    chunks = [text_delta(count + j) for j in range(n - count)]
-    chunks[-1] = FINISH
-    assert log.append(run_id, count, chunks, 1) == n
-    # The run record of a finished run with a 50-step history (what the edge loads first).
+    # The run record of a finished run with a 50-step history (what the edge loads first); creating
+    # it writes the empty log of its incarnation, which the items below fill.
     history: list[Any] = [UserMessage(content=[TextPart(text="Go.")])]
     history += [AssistantMessage(content=[TextPart(text="x" * 1000)]) for _ in range(50)]
     state = RunState(run_id=run_id, session_id="s", message_id="m", principal="bench", status="finished",
@@ -119,6 +115,11 @@ def build_deployed_log(aws: MotoAws, run_id: str, n: int, segment: int) -> None:
     aws.store(ddb, s3).create(
         Checkpoint(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished", principal="bench")
     )
+    count = (n - 1) // segment * segment
+    aws.put_log_direct(run_id, [text_delta(i) for i in range(count)], segment, gen=log_generation(ddb, TABLE, run_id))
+    chunks = [text_delta(count + j) for j in range(n - count)]
+    chunks[-1] = FINISH
+    assert log.append(run_id, count, chunks, 1) == n
 
 
 # --- measuring ---------------------------------------------------------------------------------------
