@@ -235,6 +235,18 @@ def test_a_follower_reads_what_is_new_in_one_request_and_never_twice(ddb: Any, s
     assert counter.total == 1
 
 
+def test_what_a_read_brought_beyond_its_limit_serves_the_next_read(ddb: Any, s3: Any) -> None:
+    writer, reader = new_log(ddb, s3), new_log(ddb, s3)
+    count = writer.open("r1", 1)
+    for _ in range(10):
+        count = writer.append("r1", count, chunks(count, 10), 1)
+    assert reader.read("r1", 0, 20) == chunks(0, 20)  # a Query sized for 20 one-chunk items
+    counter = RequestCounter(ddb, s3)
+    assert reader.read("r1", 20, 20) == chunks(20, 20)
+    assert reader.read("r1", 40, 60) == chunks(40, 60)
+    assert counter.total == 0  # committed appends never change: what was read is kept
+
+
 WRITES = {"PutItem", "UpdateItem", "PutObject", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
 
 

@@ -221,6 +221,9 @@ class LogReader:
         """Chunks ``[pos, stop)`` from ``items`` (ascending), and from the sealed segments for
         whatever they do not hold; spills are fetched in parallel."""
         name = lk(run_id, gen)
+        for item in items:  # what was read beyond ``stop`` serves the next read from the cache
+            if item.chunks is not None and (item.end <= pos or item.start >= stop):
+                self.cache.put(name, item.start, item.chunks, item.size)
         items = [i for i in items if i.n and i.end > pos and i.start < stop]
         spilled = [i for i in items if i.chunks is None]
         fetched = dict(zip(spilled, self.get_each([(i.s3_key or "", i.n) for i in spilled], run_id), strict=True))
