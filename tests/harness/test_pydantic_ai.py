@@ -145,12 +145,14 @@ async def crash_and_retry(turns: Turns, ui_messages: list[dict[str, Any]]) -> tu
 
 @pytest.mark.parametrize("streaming", [True, False])
 async def test_steps_are_slices_and_a_sliced_turn_equals_a_whole_one(streaming: bool) -> None:
-    whole, state = await Turns(build(Counter(), streaming=streaming)).ask(ASK)
-    assert state.status == "awaiting_tool_approval" and state.slices == 1
+    whole, whole_state = await Turns(build(Counter(), streaming=streaming)).ask(ASK)
+    assert whole_state.status == "awaiting_tool_approval" and whole_state.slices == 1
     ledger: Counter[str] = Counter()
     sliced, state = await Turns(build(ledger, streaming=streaming), slice_seconds=0).ask(ASK)
     assert state.status == "awaiting_tool_approval" and state.slices == 2  # one per model step
     assert parts_of(sliced) == parts_of(whole)
+    assert state.final_result is not None and whole_state.final_result is not None
+    assert state.final_result.input_tokens == whole_state.final_result.input_tokens > 0  # summed over slices
     assert ledger == Counter({"lookup:alpha": 1, "lookup:beta": 1})
     tools = [(p["type"], p["toolCallId"], p["state"]) for p in parts_of(whole) if p["type"].startswith("tool-")]
     assert tools == [

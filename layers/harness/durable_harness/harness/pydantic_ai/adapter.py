@@ -98,8 +98,9 @@ class PydanticAIHarness:
         else:
             assert isinstance(request, ContinueTurn)
             state = TurnState.load(request.state)
-            if request.continuation is not None:  # the paused step's calls get their answers
+            if request.continuation is not None:  # a new run: the paused step's calls get their answers
                 state.run_tools(None, Answers.of(request))
+                state.input_tokens = state.output_tokens = 0
         answers = state.answers
         recorded = {part.tool_call_id: part for part in state.results or []}
         replay = isinstance(request, ContinueTurn) and request.replay_step and state.results is not None
