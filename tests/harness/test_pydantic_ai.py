@@ -257,6 +257,50 @@ async def test_an_approved_call_whose_result_was_recorded_is_not_run_again_after
     assert parts_of(chunks + more[1:])[-1]["text"] == "Finished: beta removed"
 
 
+async def test_a_redone_step_that_also_asks_for_approval_asks_again_without_rerunning_its_other_tool() -> None:
+    def one_step(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        if not any(isinstance(m, pm.ModelResponse) for m in messages):
+            calls = [
+                pm.ToolCallPart("lookup", {"name": "beta"}, "c1"),
+                pm.ToolCallPart("remove", {"name": "beta"}, "c3"),
+            ]
+            return pm.ModelResponse(parts=[pm.TextPart("Checking, then removing."), *calls])
+        return pm.ModelResponse(parts=[pm.TextPart(f"Done: {getattr(messages[-1].parts[-1], 'content', '')}")])
+
+    def harness(ledger: Counter[str]) -> PydanticAIHarness:
+        agent: Agent[None, str] = Agent(FunctionModel(one_step, stream_function=streamed(one_step)))
+
+        @agent.tool_plain
+        def lookup(name: str) -> str:
+            ledger[f"lookup:{name}"] += 1
+            return f"{name} is old"
+
+        @agent.tool_plain(requires_approval=True)
+        def remove(name: str) -> str:
+            ledger[f"remove:{name}"] += 1
+            return f"{name} removed"
+
+        return PydanticAIHarness(agent)
+
+    whole, _ = await Turns(harness(Counter())).ask(ASK)
+    ledger: Counter[str] = Counter()
+    seen: list[bool] = []
+
+    def after_c1(turn: Any) -> bool:  # dies at the save after c1's result was recorded (the step's end)
+        seen.append("c1" in recorded(turn))
+        return len(seen) > 1 and seen[-2] and not seen[-1]
+
+    turns = Turns(harness(ledger), store=CrashingSave(after_c1))
+    chunks, state = await crash_and_retry(turns, [user_message(ASK)])
+    assert state.status == "awaiting_tool_approval" and "reset-step" in types(chunks)
+    assert ledger == Counter({"lookup:beta": 1})
+    assert parts_of(chunks) == parts_of(whole)
+    assert [r.tool_call_id for r in state.pending_approvals] == ["c3"]
+    more, state = await turns.run(answered(ASK, chunks, "c3", True), "msg_a")
+    assert state.status == "finished" and ledger == Counter({"lookup:beta": 1, "remove:beta": 1})
+    assert parts_of(chunks + more[1:])[-1]["text"] == "Done: beta removed"
+
+
 # --- approvals, output, history ----------------------------------------------------------------
 
 
