@@ -7,7 +7,10 @@ import pytest
 pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is part of the dev install")
 
 from durable_harness.approvals import sign_tool_approval
-from durable_harness.harness import PydanticAIHarness
+from durable_harness.harness import PydanticAIHarness, StartTurn
+from durable_harness.messages import TextPart as UserText
+from durable_harness.messages import UserMessage
+from durable_harness.protocol import harness_parts as hp
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -73,6 +76,27 @@ async def test_steps_are_slices_and_a_sliced_turn_equals_a_whole_one() -> None:
     ]
     request = next(c for c in whole if c["type"] == "tool-approval-request")
     assert request["signature"] == sign_tool_approval(SECRET, "approval-c3", "c3", "remove", {"name": "beta"})
+
+
+async def test_each_step_reports_its_own_usage_and_a_sliced_turn_the_whole_turns_total() -> None:
+    # One turn read straight from the harness: the steps' usage adds up to the turn's total.
+    request = StartTurn(run_id="wrun_x", session_id="sess_x", messages=[UserMessage(content=[UserText(text=ASK)])])
+    turn = PydanticAIHarness(build(Ledger())).open(request)
+    steps, totals = [], []
+    try:
+        async for event in turn.events():
+            if isinstance(event, hp.FinishStepPart | hp.FinishPart):
+                usage = event.usage if isinstance(event, hp.FinishStepPart) else event.total_usage
+                pair = (int(usage.input_tokens.total or 0), int(usage.output_tokens.total or 0))
+                (steps if isinstance(event, hp.FinishStepPart) else totals).append(pair)
+    finally:
+        await turn.close()
+    (total,) = totals
+    assert len(steps) == 3 and total[0] > 0 and (sum(s[0] for s in steps), sum(s[1] for s in steps)) == total
+    # Sliced (a new Pydantic AI run per slice), the turn's total is the same.
+    _, sliced = await Turns(PydanticAIHarness(build(Ledger())), slice_seconds=0).ask(ASK)
+    assert sliced.final_result is not None and sliced.slices == 3
+    assert (sliced.final_result.input_tokens, sliced.final_result.output_tokens) == total
 
 
 @pytest.mark.parametrize("approved", [True, False])

@@ -97,11 +97,13 @@ class PydanticAIHarness:
         hidden: set[str] = set()  # calls whose outcome the client already has (denials)
         if isinstance(request, StartTurn):
             history, prompt, step = _history_of(request.messages[:-1]), _text_of(request.messages[-1:]), 0
+            total = (0, 0)
         else:
             assert isinstance(request, ContinueTurn)
             state = request.state if isinstance(request.state, dict) else {}
             history = pm.ModelMessagesTypeAdapter.validate_python(state.get("messages", []))
             prompt, step = None, int(state.get("step", 0))
+            total = _pair(state.get("usage"))
             if request.continuation is not None:
                 results, hidden = _deferred_results(request)
         output_type = [self.agent.output_type, DeferredToolRequests]
@@ -111,10 +113,14 @@ class PydanticAIHarness:
         ) as run:
             step_open = False
             resuming = results is not None  # the paused step's response comes again: shown already
+            # A step's usage is its model response's (``run.usage`` adds up the whole agent run,
+            # which restarts every slice); the turn's total is kept in the checkpoint.
+            step_usage = (0, 0)
             node: Any
             async for node in run:
                 if isinstance(node, CallToolsNode):
                     step_open = True
+                    step_usage = (0, 0) if resuming else _pair(node.model_response.usage)
                     if not resuming:
                         for event in _response_events(node.model_response, step):
                             yield event
@@ -122,9 +128,10 @@ class PydanticAIHarness:
                 elif isinstance(node, ModelRequestNode) and step_open:
                     for event in _result_events(node.request, hidden):
                         yield event
-                    yield _finish_step("tool-calls", run.usage)
+                    total = _add(total, step_usage)
+                    yield _finish_step("tool-calls", step_usage)
                     step, step_open = step + 1, False
-                    yield Checkpoint(_state([*run.all_messages(), node.request], step))
+                    yield Checkpoint(_state([*run.all_messages(), node.request], step, total))
                 elif isinstance(node, End):
                     output = node.data.output
                     if isinstance(output, DeferredToolRequests):
@@ -134,17 +141,18 @@ class PydanticAIHarness:
                             )
                     reason = "tool-calls" if isinstance(output, DeferredToolRequests) else "stop"
                     if step_open:
-                        yield _finish_step(reason, run.usage)
+                        total = _add(total, step_usage)
+                        yield _finish_step(reason, step_usage)
                     messages = run.all_messages()
                     if isinstance(output, DeferredToolRequests):
-                        yield Checkpoint(_state(messages, step + 1))  # the paused turn goes on from here
+                        yield Checkpoint(_state(messages, step + 1, total))  # the paused turn goes on from here
                         yield hp.FinishPart(finish_reason=hp.FinishReason(unified="tool-calls"),
-                                            total_usage=_usage(run.usage))  # fmt: skip
+                                            total_usage=_usage(total))  # fmt: skip
                     else:
                         yield hp.FinishPart(finish_reason=hp.FinishReason(unified="stop"),
-                                            total_usage=_usage(run.usage))  # fmt: skip
+                                            total_usage=_usage(total))  # fmt: skip
                         structured = _json_output(output) if self._options.has_output else None
-                        yield Checkpoint(_state(messages, step + 1), structured)
+                        yield Checkpoint(_state(messages, step + 1, total), structured)
 
 
 def _deferred_results(request: ContinueTurn) -> tuple[DeferredToolResults, set[str]]:
@@ -204,19 +212,33 @@ def _result_events(request: pm.ModelRequest, hidden: set[str]) -> list[HarnessEv
     return events
 
 
-def _finish_step(reason: str, usage: Any) -> hp.FinishStepPart:
+def _finish_step(reason: str, usage: tuple[int, int]) -> hp.FinishStepPart:
     return hp.FinishStepPart(finish_reason=hp.FinishReason(unified=reason), usage=_usage(usage))  # type: ignore[arg-type]
 
 
-def _usage(usage: Any) -> hp.Usage:
-    return hp.Usage(
-        input_tokens=hp.InputTokens(total=int(usage.input_tokens or 0)),
-        output_tokens=hp.OutputTokens(total=int(usage.output_tokens or 0)),
-    )
+def _usage(usage: tuple[int, int]) -> hp.Usage:
+    return hp.Usage(input_tokens=hp.InputTokens(total=usage[0]), output_tokens=hp.OutputTokens(total=usage[1]))
 
 
-def _state(messages: list[pm.ModelMessage], step: int) -> dict[str, Any]:
-    return {"messages": pm.ModelMessagesTypeAdapter.dump_python(messages, mode="json"), "step": step}
+def _pair(usage: Any) -> tuple[int, int]:
+    """(input, output) tokens of a Pydantic AI usage object, or of a checkpointed ``[input, output]``."""
+    if isinstance(usage, list | tuple) and len(usage) == 2:
+        return int(usage[0] or 0), int(usage[1] or 0)
+    if usage is None:
+        return 0, 0
+    return int(getattr(usage, "input_tokens", 0) or 0), int(getattr(usage, "output_tokens", 0) or 0)
+
+
+def _add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _state(messages: list[pm.ModelMessage], step: int, usage: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "messages": pm.ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
+        "step": step,
+        "usage": list(usage),
+    }
 
 
 def _json_output(output: Any) -> Any:
