@@ -5,7 +5,8 @@ The runner knows only :class:`Telemetry` (``start_slice``) and :class:`SliceObse
 to its exporters: OpenTelemetry (:mod:`.otel`), X-Ray through Powertools' Tracer (:mod:`.xray`),
 CloudWatch metrics through Powertools Metrics (:mod:`.metrics`). :func:`telemetry_from_env`
 chooses them from the environment and imports nothing it does not use, so a cold start with
-tracing and OpenTelemetry off pays for none of them.
+tracing and OpenTelemetry off pays for none of them (the recorder itself is loaded at the first
+slice: a function that runs none, the deployed chat function, never loads it).
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .record import AgentInfo, SliceRecord, SliceRecorder
-
 if TYPE_CHECKING:
     from ..harness.interface import Harness, HarnessEvent
     from ..runner.state import RunState
+    from .record import AgentInfo, SliceRecord, SliceRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ class RunTelemetry:
 
     def start_slice(self, state: RunState) -> SliceObserver:
         """A recording observer."""
+        from .record import SliceRecorder
+
         return _Observer(SliceRecorder(state, self.agent), self.exporters)
 
 
@@ -115,6 +117,8 @@ def agent_info(harness: Harness, env: Mapping[str, str] = os.environ) -> AgentIn
     (``module:attribute``), else the harness's class name. The model is the harness's ``model``
     (the built-in agent's model spec; a Pydantic AI agent's model), when it has one.
     """
+    from .record import AgentInfo
+
     owners = [harness, getattr(harness, "agent", None)]
     name = next((n for o in owners if isinstance(n := getattr(o, "name", None), str) and n), None)
     model: str | None = None
