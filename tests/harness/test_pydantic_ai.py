@@ -18,9 +18,10 @@ import pytest
 pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is part of the dev install")
 
 from durable_harness.approvals import sign_tool_approval
-from durable_harness.harness import PydanticAIHarness
+from durable_harness.harness import PydanticAIHarness, StartTurn
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.ports import Checkpoint
+from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol.assemble import UIMessageAssembler
 from durable_harness.runner import Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
@@ -413,3 +414,24 @@ async def test_a_plain_test_model_turn_streams_its_text() -> None:
     assert types(chunks).count("text-delta") > 1
     assert types(chunks).count("finish") == 1
     assert state.final_result is not None and state.final_result.input_tokens > 0
+
+
+async def test_each_step_reports_its_own_usage_and_a_sliced_turn_the_whole_turns_total() -> None:
+    # One turn read straight from the harness: the steps' usage adds up to the turn's total.
+    request = StartTurn(run_id="wrun_x", session_id="sess_x", messages=[UserMessage(content=[TextPart(text=ASK)])])
+    turn = build(Counter()).open(request)
+    steps, totals = [], []
+    try:
+        async for event in turn.events():
+            if isinstance(event, hp.FinishStepPart | hp.FinishPart):
+                usage = event.usage if isinstance(event, hp.FinishStepPart) else event.total_usage
+                pair = (int(usage.input_tokens.total or 0), int(usage.output_tokens.total or 0))
+                (steps if isinstance(event, hp.FinishStepPart) else totals).append(pair)
+    finally:
+        await turn.close()
+    (total,) = totals
+    assert len(steps) >= 2 and total[0] > 0 and (sum(s[0] for s in steps), sum(s[1] for s in steps)) == total
+    # Sliced (a new Pydantic AI run per slice), the turn's total is the same.
+    _, sliced = await Turns(build(Counter()), slice_seconds=0).ask(ASK)
+    assert sliced.final_result is not None and sliced.slices >= 2
+    assert (sliced.final_result.input_tokens, sliced.final_result.output_tokens) == total
