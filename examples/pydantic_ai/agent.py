@@ -3,29 +3,33 @@
 Serve it with ``AGENT=examples.pydantic_ai.agent:agent make dev`` (from the repository root).
 ``PYDANTIC_AI_MODEL`` picks the model (any Pydantic AI model name, e.g. ``openai:gpt-4.1-mini``,
 ``bedrock:...``, with that provider's credentials); unset, a scripted demo model answers with no
-credentials: it looks two items up (a step each), asks to remove one (``remove`` needs the
-user's approval, a Pydantic AI deferred tool), then reports. ``report`` is the same agent with
-structured output (``StockReport``), which becomes the run's ``output`` in the run API.
+credentials, streaming its answers word by word: it looks two items up (a step each), asks to
+remove one (``remove`` needs the user's approval, a Pydantic AI deferred tool), then reports.
+``report`` is the same agent with structured output (``StockReport``), which becomes the run's
+``output`` in the run API.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import AsyncIterator
 
 from durable_harness.harness import PydanticAIHarness
 from pydantic import BaseModel
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models import Model
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 INSTRUCTIONS = "You keep the stock list tidy. Look items up before removing them; removing needs approval."
 STOCK = {"alpha": 12, "beta": 0, "gamma": 3}
 
 
 def _demo(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """A scripted model: the same conversation always gets the same answers."""
-    steps = sum(1 for m in messages if isinstance(m, ModelResponse))
+    """A scripted model: the same conversation always gets the same answers (each turn anew)."""
+    asked = max((i for i, m in enumerate(messages) if any(isinstance(p, UserPromptPart) for p in m.parts)), default=0)
+    steps = sum(1 for m in messages[asked:] if isinstance(m, ModelResponse))
     if steps == 0:
         return ModelResponse(parts=[TextPart("Let me check the stock."), ToolCallPart("lookup", {"name": "alpha"})])
     if steps == 1:
@@ -40,8 +44,23 @@ def _demo(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart(f"Alpha is in stock. Beta: {outcome}.")])
 
 
+async def _demo_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    """The demo's answers streamed as a provider streams them: text a word at a time, tool
+    arguments a few characters at a time."""
+    for i, part in enumerate(_demo(messages, info).parts):
+        if isinstance(part, TextPart):
+            for word in re.findall(r"\S+\s*", part.content):
+                yield word
+        elif isinstance(part, ToolCallPart):
+            args = part.args_as_json_str()
+            for k in range(0, len(args), 8):
+                first = k == 0
+                yield {i: DeltaToolCall(name=part.tool_name if first else None, json_args=args[k : k + 8],
+                                        tool_call_id=part.tool_call_id if first else None)}  # fmt: skip
+
+
 def _model() -> Model | str:
-    return os.environ.get("PYDANTIC_AI_MODEL") or FunctionModel(_demo, model_name="demo")
+    return os.environ.get("PYDANTIC_AI_MODEL") or FunctionModel(_demo, stream_function=_demo_stream, model_name="demo")
 
 
 class StockReport(BaseModel):

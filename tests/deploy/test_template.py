@@ -318,3 +318,51 @@ def test_the_sample_events_have_the_shapes_lambda_sends() -> None:
     assert set(sample_event("finalizer.json")["error"]) == {"Error", "Cause"}
     start = sample_event("start-run.json")
     assert parse_start_run_event(start).messages[0].role == "user"
+
+
+# --- monitoring ----------------------------------------------------------------------------------
+
+
+def test_detailed_tracing_switches_the_handlers_xray_subsegments() -> None:
+    variable = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"]
+    assert resolved().resolve(variable) == "true"  # the default: no X-Ray SDK at cold start
+    assert resolved({"DetailedTracing": "true"}).resolve(variable) == "false"
+
+
+def dashboard_metrics(body: dict[str, Any]) -> Iterator[list[Any]]:
+    for widget in body["widgets"]:
+        yield from widget["properties"]["metrics"]
+
+
+def test_the_optional_dashboard_shows_the_run_metrics_and_the_stacks_own_resources() -> None:
+    from durable_harness.telemetry.metrics import DIMENSIONS, METRIC_NAMES
+
+    assert not resolved().exists("OperationsDashboard")
+    assert TEMPLATE["Outputs"]["DashboardUrl"]["Condition"] == RESOURCES["OperationsDashboard"]["Condition"]
+    r = resolved({"Dashboard": "true"})
+    r.attributes[("StartRunDeadLetterQueue", "QueueName")] = "phys-dead-letters"
+    assert r.exists("OperationsDashboard")
+    body = json.loads(r.resolve(RESOURCES["OperationsDashboard"]["Properties"]["DashboardBody"]))
+    assert all(w["x"] + w["width"] <= 24 and w["properties"]["region"] == "us-east-1" for w in body["widgets"])
+
+    env = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    namespace, service = env["POWERTOOLS_METRICS_NAMESPACE"], env["POWERTOOLS_SERVICE_NAME"]
+    searched, plain = set(), []
+    for metric in dashboard_metrics(body):
+        if isinstance(metric[0], dict):  # a SEARCH over the telemetry's dimensions
+            match = re.fullmatch(r"SEARCH\('\{([^}]*)\} MetricName=\"(\w+)\"', '\w+', 300\)", metric[0]["expression"])
+            assert match, metric
+            assert match.group(1).split(",") == [namespace, *sorted([*DIMENSIONS, "service"])]
+            searched.add(match.group(2))
+        else:
+            plain.append(metric[:4])
+    assert searched == set(METRIC_NAMES)  # every metric the runs emit, and nothing they do not
+    functions = {f"phys-{f}" for f in FUNCTIONS}
+    for metric_name in ("Errors", "Duration"):
+        assert {m[3] for m in plain if m[:3] == ["AWS/Lambda", metric_name, "FunctionName"]} == functions
+    state_machine = {m[1] for m in plain if m[:3] == ["AWS/States", m[1], "StateMachineArn"]}
+    assert "ExecutionsFailed" in state_machine
+    assert all(m[3] == "phys-RunStateMachine" for m in plain if m[0] == "AWS/States")
+    assert ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "phys-dead-letters"] in plain
+    assert [namespace, "RunsFailed", "service", service] in plain  # the finalizer's own metric
+    assert {m[0] for m in plain} <= {"AWS/Lambda", "AWS/States", "AWS/SQS", namespace}

@@ -7,6 +7,7 @@ from typing import Any
 
 from durable_harness import ApprovalSecret
 from durable_harness.harness import Harness
+from durable_harness.ports import CheckpointStore
 from durable_harness.protocol.ui_messages import convert_to_model_messages, parse_ui_messages
 from durable_harness.runner import LocalOrchestrator, Runner, RunState
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
@@ -20,17 +21,28 @@ class Turns:
     """Turns of one conversation over one harness, each run driven to its end by the local
     orchestrator (slices of ``slice_seconds``; retries of crashed slices)."""
 
-    def __init__(self, harness: Harness, *, slice_seconds: float | None = None, secret: str = SECRET) -> None:
-        self.log, self.store = MemoryChunkLog(), MemoryCheckpointStore()
+    def __init__(
+        self,
+        harness: Harness,
+        *,
+        slice_seconds: float | None = None,
+        secret: str = SECRET,
+        store: CheckpointStore | None = None,
+    ) -> None:
+        self.log, self.store = MemoryChunkLog(), store or MemoryCheckpointStore()
         self.runner = Runner(
             harness, self.store, self.log, flush_interval=0, approval_secret=ApprovalSecret.from_value(secret)
         )
         self.orchestrator = LocalOrchestrator(self.runner, slice_seconds=slice_seconds, retry_delay=0.01)
 
+    def create(self, ui_messages: list[dict[str, Any]], message_id: str) -> str:
+        """Create the run of one turn of ``ui_messages`` (as a client posts them); its id."""
+        messages = convert_to_model_messages(parse_ui_messages(ui_messages))
+        return self.runner.create_run(messages, message_id=message_id).run_id
+
     async def run(self, ui_messages: list[dict[str, Any]], message_id: str) -> tuple[list[dict[str, Any]], RunState]:
         """Run one turn of ``ui_messages`` (as a client posts them) to its end."""
-        messages = convert_to_model_messages(parse_ui_messages(ui_messages))
-        run_id = self.runner.create_run(messages, message_id=message_id).run_id
+        run_id = self.create(ui_messages, message_id)
         state = await self.orchestrator.drive(run_id)
         assert state is not None
         return log_chunks(self.log, run_id), state

@@ -226,6 +226,9 @@ describe('a Pydantic AI agent as the agent', () => {
     assert.equal(part?.state, 'approval-requested', describeParts(chat.lastMessage));
     const live = rec.requests[0].chunks;
     assert.deepEqual(await replay(server, ctx.runIds[0]), live, 'replay from 0 == live stream');
+    // The demo model streams: text a word at a time, tool input a few characters at a time.
+    assert.ok(live.filter((c) => c.type === 'text-delta').length > 1, 'text streams token by token');
+    assert.ok(live.filter((c) => c.type === 'tool-input-delta').length > 1, 'tool input streams');
     await chat.addToolApprovalResponse({ id: part.approval.id, approved: true });
     await waitFor(() => ctx.finishes.length === 2 && chat.status === 'ready', { what: 'the continuation' });
     assert.deepEqual(ctx.errors, []);

@@ -6,10 +6,11 @@ which costs 150-250 ms of every cold start. The handlers therefore wrap themselv
 
 Tracing is on under the rules Powertools' ``Tracer`` applies: inside Lambda, not under
 ``sam local``, and ``POWERTOOLS_TRACE_DISABLED`` not true. The template sets
-``POWERTOOLS_TRACE_DISABLED: "true"`` in ``Globals``, so by default the X-Ray SDK is never loaded
-and X-Ray shows the segments Lambda records itself (``Tracing: Active``). Set it to ``"false"`` to
-add the handler's and every AWS call's subsegments; the layer keeps the X-Ray SDK for that (as
-source only, so a traced cold start also compiles it).
+``POWERTOOLS_TRACE_DISABLED: "true"`` unless its ``DetailedTracing`` parameter is ``true``, so by
+default the X-Ray SDK is never loaded and X-Ray shows the segments Lambda records itself
+(``Tracing: Active``). With tracing on, the handler's and every AWS call's subsegments are added,
+and each run's slices, steps, model and tool calls (:mod:`durable_harness.telemetry.xray`); the
+layer keeps the X-Ray SDK for that (as source only, so a traced cold start also compiles it).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -40,6 +41,7 @@ from ..protocol.ui_chunks import (
     encode_ui_chunk,
 )
 from ..storage.writer import ChunkWriter
+from ..telemetry import Telemetry, telemetry_from_env
 from .continuation import ContinuationResolver, turn_request
 from .state import (
     ApprovalRecord,
@@ -59,6 +61,8 @@ class Runner:
 
     ``approval_secret`` signs approval requests and verifies answers; by default the harness's
     own (``HarnessOptions.approval_secret``), else ``TOOL_APPROVAL_SECRET`` / ``..._ARN``.
+    ``telemetry`` sees every slice (:mod:`durable_harness.telemetry`); by default the one the
+    environment asks for, chosen at the first slice.
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class Runner:
         flush_interval: float = 0.1,
         on_commit: Callable[[str, int], None] | None = None,
         approval_secret: ApprovalSecret | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.agent = agent
         self.options = agent.options
@@ -80,6 +85,7 @@ class Runner:
         self.approval_secret = approval_secret or self.options.approval_secret or ApprovalSecret()
         self.ledger = ApprovalLedger(store)
         self.continuations = ContinuationResolver(store, self.ledger, self.approval_secret)
+        self.telemetry = telemetry
 
     @property
     def harness(self) -> hi.Harness:
@@ -171,6 +177,8 @@ class Runner:
         )
         replay = await self._reset_if_interrupted(state, count, translator, writer)
         state.slices += 1
+        self.telemetry = self.telemetry or telemetry_from_env(self.agent)
+        observer = self.telemetry.start_slice(state)
         turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
         _write(writer, translator.start(state.message_id))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
@@ -184,6 +192,7 @@ class Runner:
         longest_step, step_began = 0.0, time.monotonic()
         try:
             async for event in turn.events():
+                observer.event(event)
                 if isinstance(event, hi.Checkpoint):
                     if finish_part is not None:  # after `finish`: the turn's last state and output
                         state.turn, output = event.state, event.output
@@ -228,6 +237,7 @@ class Runner:
             return await self._commit_terminal(cp, state, translator, writer, closing)
         finally:
             await turn.close()
+            observer.end(state, sys.exc_info()[1])
 
     async def run(self, run_id: str) -> RunState:
         """Run the turn with no time slicing until it pauses or ends."""
