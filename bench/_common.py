@@ -44,12 +44,15 @@ BUCKET = "bench-chunks"
 
 # --- prices -----------------------------------------------------------------------------------------
 
-PRICE_DATE = "2026-11-29"
+PRICE_DATE = "2026-12-01"
 PRICES = {
     "s3_put_per_1k": 0.005,  # S3 Standard PUT/COPY/POST/LIST, us-east-1
     "s3_get_per_1k": 0.0004,  # S3 Standard GET (and all other requests)
-    "ddb_wru_per_m": 1.25,  # DynamoDB on-demand, per million write request units (1 KB each)
-    "ddb_rru_per_m": 0.25,  # per million read request units (4 KB strongly consistent, half eventually)
+    # DynamoDB on-demand since the November 2024 price cut (the list in issue 10)
+    "ddb_wru_per_m": 0.625,  # per million write request units (1 KB each)
+    "ddb_rru_per_m": 0.125,  # per million read request units (4 KB strongly consistent, half eventually)
+    "ddb_storage_gb_month": 0.25,  # DynamoDB Standard table class, per GB-month
+    "s3_storage_gb_month": 0.023,  # S3 Standard, first 50 TB, per GB-month
     "sfn_transition_per_1k": 0.025,  # Step Functions Standard state transitions
     "lambda_gb_s_arm64": 0.0000133334,  # Lambda arm64 duration, per GB-second
     "lambda_request_per_m": 0.20,  # Lambda requests, per million
@@ -77,6 +80,16 @@ def pct(values: Sequence[float], q: float) -> float:
     """The q-quantile (0..1) of ``values`` (nearest rank)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def busy_ms(requests: Sequence[Request], ops: set[str]) -> float:
+    """Milliseconds during which at least one request of ``ops`` was in flight (parallel ones once)."""
+    spans = sorted((r.at, r.at + r.ms / 1000) for r in requests if r.op in ops)
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        total += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return total * 1000
 
 
 def median(values: Sequence[float]) -> float:
@@ -138,8 +151,10 @@ class Request:
     wru: float = 0.0  # DynamoDB write request units
     rru: float = 0.0  # DynamoDB read request units
     at: float = 0.0  # time.monotonic() when sent
-    item: str = ""  # DynamoDB: which item ("run" record or "log" head, the sort key)
+    item: str = ""  # DynamoDB: which item (the sort key: "run" record, "c#..." chunk-log items)
     ms: float = 0.0  # from before-send to after-call (moto's time plus the client's parsing)
+    label: str = ""  # what the meter's ``label`` callable said when the request was sent
+    attrs: frozenset[str] = frozenset()  # DynamoDB PutItem: the names of the attributes it writes
 
 
 class RequestMeter:
@@ -150,12 +165,17 @@ class RequestMeter:
     sizes moto holds (moto's ``Item.size()``, which follows DynamoDB's sizing rules closely):
     a write costs ``ceil(max(size before, size after) / 1 KB)`` WRU, a read
     ``ceil(size / 4 KB)`` RRU, half for an eventually consistent read; never less than one unit
-    (half for an eventually consistent read).
+    (half for an eventually consistent read). A Query is billed on the total size of the items it
+    returns (no filter is used), computed from the response with DynamoDB's sizing rules.
+
+    ``label``, when given, is called as each request is sent (in the sending thread); what it
+    returns is kept in :attr:`Request.label` (e.g. which function sent it).
     """
 
-    def __init__(self, *clients: Any) -> None:
+    def __init__(self, *clients: Any, label: Any = None) -> None:
         self.requests: list[Request] = []
         self._lock = threading.Lock()
+        self._label = label
         for client in clients:
             self.attach(client)
 
@@ -184,7 +204,7 @@ class RequestMeter:
         split by item (``UpdateItem run`` for the run record, ``UpdateItem log`` for the log head)."""
         out: dict[str, dict[str, float]] = defaultdict(lambda: {"n": 0, "sent": 0, "received": 0, "wru": 0, "rru": 0})
         for r in list(self.requests):
-            row = out[f"{r.op} {r.item}".strip() if items else r.op]
+            row = out[f"{r.op} {item_kind(r)}".strip() if items else r.op]
             row["n"] += 1
             row["sent"] += r.sent
             row["received"] += r.received
@@ -225,9 +245,13 @@ class RequestMeter:
         else:
             sent = 0
         entry = Request(service=service, op=op, sent=sent, at=time.monotonic())
+        if self._label is not None:
+            entry.label = str(self._label())
+        if service == "s3":
+            entry.item = request.url.split("?", 1)[0]  # which object (segment or state)
         if service == "dynamodb" and op == "TransactWriteItems":
             # Two write units per KB of each item written (transactions cost double); creating a
-            # run puts its record and a fresh log head in one transaction.
+            # run puts its record and its empty chunk log in one transaction.
             payload = json.loads(body) if body else {}
             puts = [entry["Put"]["Item"] for entry in payload.get("TransactItems", []) if "Put" in entry]
             entry.wru = float(sum(2 * max(1, math.ceil(len(json.dumps(item)) / 1024)) for item in puts))
@@ -235,15 +259,21 @@ class RequestMeter:
             payload = json.loads(body) if body else {}
             key = payload.get("Key") or payload.get("Item") or {}
             entry.item = str(key.get("sk", {}).get("S", ""))
+            entry.attrs = frozenset(payload.get("Item", {}))
             request.context["bench"] = (entry, payload, _item_size(payload))
         with self._lock:
             self.requests.append(entry)
         request.context.setdefault("bench", (entry, None, 0))
 
-    def _after_call(self, http_response: Any, model: Any, context: dict[str, Any], **_: Any) -> None:
+    def _after_call(
+        self, http_response: Any, model: Any, context: dict[str, Any], parsed: Any = None, **_: Any
+    ) -> None:
         entry, payload, before = context.get("bench", (None, None, 0))
         if entry is None:
             return
+        if entry.op == "Query" and isinstance(parsed, dict):
+            size = sum(ddb_item_size(item) for item in parsed.get("Items", ()))
+            entry.rru = float(max(1, math.ceil(size / 4096)))  # the chunk log reads strongly consistent
         entry.ms = (time.monotonic() - entry.at) * 1000
         length = http_response.headers.get("content-length")
         if length is not None:
@@ -258,6 +288,44 @@ class RequestMeter:
             entry.rru = float(units) if payload.get("ConsistentRead") else units / 2
         else:
             entry.wru = float(max(1, math.ceil(max(before, after) / 1024)))
+
+
+def item_kind(request: Request) -> str:
+    """What a request touched: ``run`` (record), ``chunk item``, ``segment index``, ``log`` (the
+    previous log head), an S3 ``segment``, ``spill`` or ``state`` object; empty when nothing in
+    particular (a Query, a listing)."""
+    if request.item.startswith("c#"):
+        return "segment index" if request.item.endswith("#~") else "chunk item"
+    if request.service == "s3":
+        for kind in ("seg", "spill", "state"):
+            if f"/{kind}/" in request.item:
+                return {"seg": "segment"}.get(kind, kind)
+        return ""
+    return request.item
+
+
+def ddb_item_size(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB bills it: attribute names plus values (wire format, as a client
+    without a resource layer returns it)."""
+    return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    ((kind, v),) = value.items()
+    if kind == "S":
+        return len(v.encode())
+    if kind == "B":
+        return len(v)
+    if kind == "N":
+        digits = v.lstrip("-").replace(".", "").lstrip("0") or "0"
+        return (len(digits) + 1) // 2 + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + _value_size(x) + 1 for k, x in v.items())
+    if kind == "L":
+        return 3 + sum(_value_size(x) + 1 for x in v)
+    return sum(len(x.encode()) if isinstance(x, str) else len(x) for x in v)  # SS, NS, BS
 
 
 def _item_size(payload: dict[str, Any]) -> int:
@@ -332,10 +400,10 @@ class MotoAws:
         return ddb, s3
 
     def log(self, ddb: Any, s3: Any, **options: Any) -> Any:
-        """The S3 chunk log on these clients."""
-        from durable_harness.aws import S3ChunkLog
+        """The deployed chunk log on these clients."""
+        from durable_harness.aws import DynamoChunkLog
 
-        return S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=ddb, table_name=TABLE, **options)
+        return DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET, **options)
 
     def store(self, ddb: Any, s3: Any, **options: Any) -> Any:
         """The DynamoDB checkpoint store on these clients."""
@@ -343,11 +411,35 @@ class MotoAws:
 
         return DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET, **options)
 
-    def put_segment_direct(self, key: str, data: bytes) -> None:
-        """Store an object straight into moto's S3 backend (no HTTP): builds big logs fast."""
-        from moto.s3.models import s3_backends
+    def put_log_direct(self, run_id: str, chunks: Sequence[str], per_item: int, gen: str = "0000000000000") -> None:
+        """Store a chunk log straight into moto (no HTTP): builds big logs fast."""
+        put_log_direct(TABLE, run_id, chunks, per_item, gen=gen)
 
-        s3_backends[ACCOUNT]["aws"].put_object(BUCKET, key, data)
+
+def put_log_direct(
+    table: str, run_id: str, chunks: Sequence[str], per_item: int, epoch: int = 1, gen: str = "0000000000000"
+) -> None:
+    """``chunks`` as ``DynamoChunkLog`` items of ``per_item`` chunks of generation ``gen`` (the
+    default: a log without a run record), straight into moto's DynamoDB backend (no HTTP, no
+    conditions): a 100k-chunk log in a second instead of 10k requests."""
+    from durable_harness.aws._logitems import chunk_key, encode_chunks
+    from moto.dynamodb.models import dynamodb_backends
+
+    backend = dynamodb_backends[ACCOUNT][REGION]
+    for start in range(0, len(chunks), per_item):
+        part = chunks[start : start + per_item]
+        item = {"pk": {"S": run_id}, "sk": {"S": chunk_key(gen, start)}, "n": {"N": str(len(part))},
+                "e": {"N": str(epoch)}, "w": {"S": "direct"}, "d": encode_chunks(part).attribute}  # fmt: skip
+        backend.put_item(table, item)
+
+
+def log_generation(ddb: Any, table: str, run_id: str) -> str:
+    """The generation of a run's current chunk log (what the run record's creation wrote)."""
+    found = ddb.query(
+        TableName=table, KeyConditionExpression="pk = :p AND begins_with(sk, :c)", ScanIndexForward=False,
+        ExpressionAttributeValues={":p": {"S": run_id}, ":c": {"S": "c#"}}, Limit=1,
+    )["Items"]  # fmt: skip
+    return str(found[0]["sk"]["S"].split("#")[1])
 
 
 def text_delta(i: int) -> str:

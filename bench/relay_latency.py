@@ -10,10 +10,10 @@ within 30 ms of direct at p50; added per-chunk latency p50 <= 20 ms, p99 <= 80 m
 Each path gets one keep-alive client (as a browser has), and one warm-up turn that is not counted.
 The servers set TCP_NODELAY like ``uvicorn --host --port`` does (see ``_common.serve``).
 
-Two more paths, for reference (no target), are the deployed wiring on the AWS adapters under moto:
-DynamoDB checkpoints, the S3 chunk log, 100 ms group commit, and a reader that polls every 250 ms
-(the default; the chat function has no in-process commit signal), then every 50 ms
-(``--no-deployed`` skips them).
+Two more paths, for reference (no target), are the adapters of the deployed wiring under moto:
+DynamoDB checkpoints and chunk log, 100 ms group commit, and a reader that polls every 250 ms (the
+ServiceConfig default), then every 50 ms (``--no-deployed`` skips them). ``deployed_wiring.py``
+measures the real deployed wiring (template, handlers, Step Functions, its flush and poll).
 
     .venv/bin/python bench/relay_latency.py [--deltas 200] [--interval-ms 5] [--runs 5]
 """
@@ -106,9 +106,9 @@ def _sse(text: str) -> bytes:
 
 
 def deployed_app(model: FunctionModel, aws: MotoAws, poll_seconds: float = 0.25) -> ChatApp:
-    """The chat app wired as deployed, on the AWS adapters under moto: DynamoDB checkpoints, the S3
-    chunk log, 100 ms group commit, no in-process commit signal (the reader polls every 250 ms, as
-    the chat function does), and the slices on their own clients (another Lambda)."""
+    """The chat app on the deployed adapters under moto: DynamoDB checkpoints and chunk log, 100 ms
+    group commit, no in-process commit signal (the reader polls every ``poll_seconds``), and the
+    slices on their own clients (another Lambda)."""
     agent = ToolLoopAgent(model=model)
     chat_ddb, chat_s3 = aws.clients(meter=None)
     slice_ddb, slice_s3 = aws.clients(meter=None)
@@ -190,10 +190,10 @@ def main() -> None:
     )
     if DEPLOYED in rows:
         print(
-            f"\n{DEPLOYED}: reference, no target. The reader polls the head every 250 ms (ServiceConfig default) "
-            "and the writer flushes every 100 ms; the last row is the same with ServiceConfig(poll_seconds=0.05). "
-            "moto answers in a few ms, S3 requests take tens of ms and DynamoDB's a few ms, so on AWS add those "
-            "latencies (and the Function URL's, Step Functions' and the slice's start)."
+            f"\n{DEPLOYED}: reference, no target. The reader polls the log every 250 ms (ServiceConfig default) "
+            "or when the next flush is due, and the writer flushes every 100 ms; the last row is the same with "
+            "ServiceConfig(poll_seconds=0.05). moto answers in a few ms, as DynamoDB does, so on AWS add the "
+            "Function URL's, Step Functions' and the slice's start (bench/deployed_wiring.py measures those)."
         )
     print("\ntargets (local, p50):")
     print(f"  TTFC within 30 ms of direct: {verdict(ttfc_gap <= 30, f'{ttfc_gap:+.1f} ms')}")

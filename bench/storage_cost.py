@@ -1,16 +1,16 @@
 """Storage efficiency: AWS requests, bytes and dollars per 1,000 chunks and per 10-step run.
 
-Everything runs against moto with the real adapters (``S3ChunkLog``, ``DynamoCheckpointStore``)
+Everything runs against moto with the real adapters (``DynamoChunkLog``, ``DynamoCheckpointStore``)
 and real boto3 clients; a hook on botocore's ``before-send`` / ``after-call`` events counts every
 HTTP request by operation with its bytes, and DynamoDB capacity units from the item sizes (see
 ``_common.RequestMeter``). Time is real: the model is paced, the group commit flushes every
 100 ms as deployed.
 
 1. The chunk log alone: ``--chunks-alone`` chunks (default 1,000) streamed at ``--rate`` chunks/s
-   through ``ChunkWriter`` into ``S3ChunkLog`` (what one streaming model step costs).
+   through ``ChunkWriter`` into ``DynamoChunkLog`` (what one streaming model step costs).
 2. A whole run: a scripted 10-step turn (9 steps of text + a tool call, then the answer) of 2,000
    chunks, as deployed: the chat function creates the run and follows its log (its own clients,
-   its own cold ``S3ChunkLog``, the deployed 250 ms poll), the slice function (``_run_slice`` of
+   its own cold ``DynamoChunkLog``, the service's default poll), the slice function (``_run_slice`` of
    ``functions/slice/app.py``) runs it in one slice on its own clients.
 
 Then the requests become dollars with list prices (printed with their date), plus Step Functions
@@ -70,10 +70,16 @@ class StartRecorder:
         pass
 
 
+def is_flush(request: Request) -> bool:
+    """A chunk-log append: a PutItem of a chunk item that holds chunks (``d``) or points at them (``k``)."""
+    return request.op == "PutItem" and request.item.startswith("c#") and bool({"d", "k"} & request.attrs)
+
+
 def flush_rates(requests: Sequence[Request]) -> tuple[int, float, float, int]:
     """(flushes, mean flushes/s over the streaming span, max flushes in any 1-second window,
-    flushes sent less than 90 ms after the previous one). Flushes are the PutObject requests."""
-    times = sorted(r.at for r in requests if r.op == "PutObject")
+    flushes sent less than 90 ms after the previous one). Flushes are the PutItem requests that write
+    chunks (not the marker ``open`` writes)."""
+    times = sorted(r.at for r in requests if is_flush(r))
     if not times:
         return 0, 0.0, 0.0, 0
     span = max(times[-1] - times[0], 1e-9)
@@ -104,7 +110,7 @@ def dollars_of(meters: Sequence[RequestMeter]) -> dict[str, float]:
 
 
 async def log_alone(aws: MotoAws, chunks: int, rate: float) -> RequestMeter:
-    """Stream ``chunks`` at ``rate``/s through ChunkWriter into S3ChunkLog; the writer's requests."""
+    """Stream ``chunks`` at ``rate``/s through ChunkWriter into DynamoChunkLog; the writer's requests."""
     meter = RequestMeter()
     log = aws.log(*aws.clients(meter=meter))
     run_id = "wrun_alone0000000000000000000"
@@ -155,7 +161,7 @@ async def whole_run(
     chat_runner = Runner(agent, aws.store(chat_ddb, chat_s3), aws.log(chat_ddb, chat_s3), flush_interval=0.1)
     slice_runner = Runner(agent, aws.store(slice_ddb, slice_s3), aws.log(slice_ddb, slice_s3), flush_interval=0.1)
     orchestrator = StartRecorder()
-    service = ChatService(chat_runner, orchestrator, config=ServiceConfig())  # deployed: no signal, 250 ms poll
+    service = ChatService(chat_runner, orchestrator, config=ServiceConfig())  # no signal, as deployed
     body = {"id": "chat-bench", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Go."}]}]}
     run_slice = load_slice_entry()
 
@@ -200,8 +206,10 @@ def main() -> None:
     n_alone = args.chunks_alone
     flushes, mean_rate, max_rate, early = flush_rates(alone.requests)
     alone_max, alone_early = max_rate, early
-    writes = sum(v["n"] for op, v in alone.by_op().items() if op in ("PutObject", "UpdateItem"))
-    print(f"\n1. chunk log alone: {n_alone:,} chunks at {args.rate:g}/s through ChunkWriter (100 ms) into S3ChunkLog")
+    writes = sum(1 for r in alone.requests if r.op in ("PutItem", "PutObject", "UpdateItem"))
+    print(
+        f"\n1. chunk log alone: {n_alone:,} chunks at {args.rate:g}/s through ChunkWriter (100 ms) into DynamoChunkLog"
+    )
     print(table(["operation", "requests", "bytes sent", "bytes received", "WRU", "RRU"], op_rows(alone)))
     d = alone.dollars()
     per_1k = sum(d.values()) * 1000 / n_alone
@@ -209,7 +217,7 @@ def main() -> None:
         f"flushes {flushes}, {flushes / n_alone * 1000:.0f} per 1,000 chunks; flush rate mean {mean_rate:.1f}/s, "
         f"max {max_rate:.0f} in any 1 s, {early} less than 90 ms after the previous one; storage writes per flush "
         f"{(writes - 1) / flushes:.2f} "
-        f"(PutObject + head UpdateItem; 1 more UpdateItem for open)"
+        f"(one PutItem; 1 more PutItem, the marker, for open)"
     )
     put_1k, wru_1k = d["s3_put"] * 1000 / n_alone, d["ddb_write"] * 1000 / n_alone
     print(f"cost per 1,000 chunks at {args.rate:g}/s: ${per_1k:.6f} (S3 PUT ${put_1k:.6f}, DynamoDB ${wru_1k:.6f})")
@@ -217,7 +225,7 @@ def main() -> None:
         "  at other paces (projection: flushes = 10/s while streaming, 1,000 chunks take 1000/rate s): "
         + ", ".join(
             f"{r:g}/s -> {min(1000, 10 * 1000 / r):.0f} flushes, "
-            f"${min(1000, 10 * 1000 / r) * (PRICES['s3_put_per_1k'] / 1000 + PRICES['ddb_wru_per_m'] / 1e6):.5f}"
+            f"${min(1000, 10 * 1000 / r) * PRICES['ddb_wru_per_m'] / 1e6:.5f}"
             for r in (25, 50, 200, 1000)
         )
     )
@@ -232,11 +240,11 @@ def main() -> None:
         print(f"\n{name}: {meter.total()} requests")
         print(table(["operation", "requests", "bytes sent", "bytes received", "WRU", "RRU"], op_rows(meter)))
     flushes, mean_rate, max_rate, early = flush_rates(slice_.requests)
-    saves = slice_.counts()["UpdateItem"] - flushes
+    saves = slice_.counts()["UpdateItem"]
     print(
         f"\nslice: {flushes} flushes ({flushes / chunks * 1000:.0f} per 1,000 chunks), mean {mean_rate:.1f}/s, "
         f"max {max_rate:.0f} in any 1 s, {early} less than 90 ms after the previous one (the runner flushes at "
-        f"every boundary: model call, tool result, step); {saves} other UpdateItems (claim, open, checkpoints); "
+        f"every boundary: model call, tool result, step); {saves} UpdateItems (claim, checkpoints); "
         f"{slice_.counts()['GetItem']} GetItems (the handler's load, run_slice's load)"
     )
 
@@ -263,8 +271,9 @@ def main() -> None:
     ]
     total = sum(v for _, v in rows)
     without_chat = total - chat_compute
-    stored = sum(r.sent for r in slice_.requests if r.op == "PutObject") / 1024
-    print(f"\ncost of the run (requests and compute; S3 storage of ~{stored:.0f} KB of segments is negligible):")
+    stored = sum(r.sent for r in slice_.requests if is_flush(r)) / 1024
+    month = stored / 1024**2 * PRICES["ddb_storage_gb_month"]
+    print(f"\ncost of the run (requests and compute; keeping its ~{stored:.0f} KB of chunk items: ${month:.7f}/month):")
     print(table(["item", "dollars"], [[k, f"${v:.6f}"] for k, v in rows] + [["total", f"${total:.6f}"]]))
     print(
         f"compute assumptions: slice and chat functions at {LAMBDA_MB} MB (template.yaml), arm64; the slice lasts as "
@@ -274,7 +283,7 @@ def main() -> None:
 
     print("\ntargets:")
     per_flush = (writes - 1) / max(1, flush_rates(alone.requests)[0])
-    why = f"{per_flush:.0f} writes: S3 PutObject + DynamoDB head UpdateItem"
+    why = f"{per_flush:.2f} writes: one DynamoDB PutItem per flush (plus a PutObject for an append over 16 KB)"
     print(f"  one storage write per flush: {verdict(per_flush <= 1, why)}")
     why = (
         f"run: mean {mean_rate:.1f}/s, max {max_rate:.0f} in any 1 s, {early} boundary flushes inside the 100 ms "

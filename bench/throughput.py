@@ -6,8 +6,8 @@ Measured, one after the other in one run:
    streaming model yields to the loop once per token), with no writer: the ceiling of 2-4;
 2. ``ChunkWriter`` -> ``FileChunkLog`` (the local log), at the local 10 ms and the deployed
    100 ms flush interval;
-3. ``ChunkWriter`` -> ``S3ChunkLog`` under moto (S3 + DynamoDB head) at 100 ms, for reference:
-   moto answers in ~1-2 ms per request, real S3 PUTs take tens of ms (group commit absorbs it:
+3. ``ChunkWriter`` -> ``DynamoChunkLog`` under moto (one DynamoDB item per flush) at 100 ms, for reference:
+   moto answers in ~1-2 ms per request, real DynamoDB writes take a few ms (group commit absorbs it:
    the batch grows with the latency, see the batch column);
 4. the whole durable write path: a model streaming text deltas as fast as it can through the
    agent, the translator, the runner and the writer into the file log;
@@ -15,8 +15,8 @@ Measured, one after the other in one run:
    (``GET /api/chat/{run}/stream?startIndex=0``) to ``curl`` in another process (so the client
    does not share the server's GIL); the log has the segment size a 100 ms flush of a
    100-token/s model gives (10 chunks);
-6. the S3 read path for reference: ``ChatService.follow`` over ``S3ChunkLog`` under moto (no
-   HTTP), reading a finished log of 10-chunk segments.
+6. the deployed read path for reference: ``ChatService.follow`` over ``DynamoChunkLog`` under moto
+   (no HTTP), reading a finished log of 10-chunk items.
 
     .venv/bin/python bench/throughput.py [--chunks 100000] [--s3-chunks 10000] [--segment 10]
 """
@@ -187,26 +187,12 @@ def sse_edge(root: Path, n: int, segment: int) -> tuple[float, int, int, str]:
 
 
 async def s3_follow(aws: MotoAws, n: int, segment: int) -> tuple[float, int, dict[str, int]]:
-    """Seconds for ChatService.follow to read a finished ``n``-chunk S3 log (cold reader)."""
-    from durable_harness.aws._segments import segment_name
-
+    """Seconds for ChatService.follow to read a finished ``n``-chunk deployed log (cold reader)."""
     ddb, s3 = aws.clients(meter=None)
     writer_log = aws.log(ddb, s3)
-    writer_log.open(RUN, 1)
-    # Segments straight into moto's backend (same keys as S3ChunkLog.append), the last one and the
-    # head through the adapter.
-    count = 0
-    while count < n - segment:
-        data = "".join(text_delta(count + j) + "\n" for j in range(segment)).encode()
-        aws.put_segment_direct(f"runs/{RUN}/seg/" + segment_name(count, 1), data)
-        count += segment
-    ddb.update_item(
-        TableName="bench-runs",
-        Key={"pk": {"S": RUN}, "sk": {"S": "log"}},
-        UpdateExpression="SET #c = :c, #w = :w, #wf = :z",
-        ExpressionAttributeNames={"#c": "count", "#w": "writer", "#wf": "writer_from"},
-        ExpressionAttributeValues={":c": {"N": str(count)}, ":w": {"N": "1"}, ":z": {"N": "0"}},
-    )
+    # Items straight into moto's backend (DynamoChunkLog's layout), the last one through the adapter.
+    count = (n - 1) // segment * segment
+    aws.put_log_direct(RUN, [text_delta(i) for i in range(count)], segment)
     tail = [text_delta(count + j) for j in range(n - count)]
     tail[-1] = '{"type":"finish","finishReason":"stop"}'
     writer_log.append(RUN, count, tail, 1)
@@ -251,12 +237,12 @@ async def main_async(args: argparse.Namespace) -> None:
             log = CountingLog(aws.log(ddb, s3))
             t = await through_writer(log, RUN, args.s3_chunks, 0.1)
             rate = args.s3_chunks / t
-            rows.append(["3. ChunkWriter -> S3ChunkLog (moto), flush 100 ms", args.s3_chunks, log.appends,
+            rows.append(["3. ChunkWriter -> DynamoChunkLog (moto), flush 100 ms", args.s3_chunks, log.appends,
                          args.s3_chunks / log.appends, rate])  # fmt: skip
             s3_writer_rate = rate
             for batch in (1, 10, 100):
                 p50, rate = append_capacity(aws.log(ddb, s3), f"{RUN[:-3]}b{batch:02d}", batch, 300 // batch * 2)
-                capacity.append(["S3ChunkLog (moto)", batch, p50, rate])
+                capacity.append(["DynamoChunkLog (moto)", batch, p50, rate])
 
         t, count, appends = await runner_end_to_end(root, n)
         rows.append(["4. model -> agent -> runner -> writer -> file log", count, appends, count / appends, count / t])
@@ -269,7 +255,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
         with MotoAws() as aws:
             t, got, requests = await s3_follow(aws, args.s3_chunks, args.segment)
-            rows.append(["6. ChatService.follow over S3ChunkLog (moto), finished log", got, "-", "-", got / t])
+            rows.append(["6. ChatService.follow over DynamoChunkLog (moto), finished log", got, "-", "-", got / t])
             s3_read_rate = got / t
             s3_reads = requests
 
@@ -280,16 +266,16 @@ async def main_async(args: argparse.Namespace) -> None:
     print("\nappend capacity without group commit (one append at a time, no ChunkWriter):\n")
     print(table(["log", "chunks per append", "append p50 ms", "chunks/s"], capacity))
     print(
-        f"\nS3 read path requests for {args.s3_chunks:,} chunks: {s3_reads}: one GetObject per {args.segment}-chunk "
-        "segment; each read of 512 chunks is 1 GetItem + 1 ListObjectsV2 + ~52 GetObjects on S3ChunkLog's 8 threads"
+        f"\ndeployed read path requests for {args.s3_chunks:,} chunks: {s3_reads}: each read of 512 chunks is one "
+        "Query of up to 513 items (its extra items are cached for the next read)"
     )
     print(f"\ntarget >= {TARGET:,.0f} chunks/s:")
     for name, rate in (
         ("chunk log (file, ChunkWriter)", file_rate),
-        ("S3 log under moto (reference)", s3_writer_rate),
+        ("deployed log under moto (ref.)", s3_writer_rate),
         ("whole durable write path", e2e_rate),
         ("SSE edge (finished file log)", edge_rate),
-        ("S3 read path under moto (ref.)", s3_read_rate),
+        ("deployed read path, moto (ref.)", s3_read_rate),
     ):
         print(f"  {name:<31} {verdict(rate >= TARGET, f'{rate:,.0f}/s, x{rate / TARGET:.1f} the target')}")
 
@@ -298,7 +284,7 @@ def main() -> None:
     """Parse the options and run every measurement."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=100_000, help="chunks for the file log, runner and SSE edge")
-    parser.add_argument("--s3-chunks", type=int, default=10_000, help="chunks for the S3 log under moto")
+    parser.add_argument("--s3-chunks", type=int, default=10_000, help="chunks for the deployed log under moto")
     parser.add_argument("--segment", type=int, default=10, help="chunks per segment of the pre-built logs")
     asyncio.run(main_async(parser.parse_args()))
 

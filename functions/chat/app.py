@@ -37,11 +37,14 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
     from durable_harness.server.service import ChatService
 
     runtime = build_runtime(env)
-    runner = Runner(agent, runtime.store, runtime.log, flush_interval=0.1)
-    # No in-process commit signal across functions: poll the log head (one GetItem) every 100 ms.
+    runner = Runner(agent, runtime.store, runtime.log, flush_interval=float(env.get("STREAM_FLUSH_SECONDS", "0.07")))
+    # No in-process commit signal across functions: a follower reads the log's new items with one
+    # Query when the writer's next flush is due, or every 50 ms until it knows, backing off to 1 s
+    # while the run is quiet.
     config = ServiceConfig(
         stream_window_seconds=float(env.get("STREAM_WINDOW_SECONDS", "840")),
-        poll_seconds=float(env.get("STREAM_POLL_SECONDS", "0.1")),
+        poll_seconds=float(env.get("STREAM_POLL_SECONDS", "0.05")),
+        idle_poll_seconds=1.0,
     )
     events = runtime.events
     # "Run Cancelled" is the one lifecycle event the chat function causes (slices announce the rest).

@@ -49,7 +49,8 @@ def _runtime() -> tuple[AwsRuntime, Runner]:
     """The AWS adapters and the runner, built once per container on first use."""
     runtime = build_runtime()
     agent = load_agent(os.environ.get("AGENT", DEFAULT_AGENT))
-    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=0.1)
+    flush = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.07"))  # one DynamoDB write per flush
+    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=flush)
 
 
 def slice_budget(context: LambdaContext | None) -> float:

@@ -40,7 +40,7 @@ RUNTIMES = "runtimes"
 (executable bits kept); the agent file finds them at ``Path(__file__).parent / "runtimes"``."""
 
 BOTOCORE_SERVICES = frozenset({
-    "dynamodb", "s3",  # run records, log heads, checkpoints; chunk-log segments (aws/)
+    "dynamodb", "s3",  # run records, checkpoints, chunk-log items; sealed segments, large appends (aws/)
     "stepfunctions", "events",  # starting and stopping runs; lifecycle events (aws/)
     "secretsmanager",  # the approval key and the auth tokens (Powertools' get_secret)
     "bedrock-runtime",  # the default model provider (models/bedrock.py)

@@ -19,7 +19,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from botocore.exceptions import ReadTimeoutError
-from durable_harness.aws import DynamoCheckpointStore, S3ChunkLog
+from durable_harness.aws import DynamoCheckpointStore, DynamoChunkLog
 from moto import mock_aws
 from moto.core.models import botocore_stubber
 
@@ -71,16 +71,16 @@ def store(ddb: Any, s3: Any) -> DynamoCheckpointStore:
 
 
 @pytest.fixture
-def log(ddb: Any, s3: Any) -> Iterator[S3ChunkLog]:
-    """The S3 chunk log with its head items in the runs table."""
-    made = S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=ddb, table_name=TABLE)
+def log(ddb: Any, s3: Any) -> Iterator[DynamoChunkLog]:
+    """The chunk log in the runs table (large appends in the bucket)."""
+    made = new_log(ddb, s3)
     yield made
     made.close()
 
 
-def new_log(ddb: Any, s3: Any) -> S3ChunkLog:
+def new_log(ddb: Any, s3: Any, **options: Any) -> DynamoChunkLog:
     """Another chunk log object on the same table and bucket: another process, cold caches."""
-    return S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=ddb, table_name=TABLE)
+    return DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET, **options)
 
 
 class RequestCounter:

@@ -1,4 +1,4 @@
-"""The shared port contract (tests/storage) run against DynamoCheckpointStore and S3ChunkLog.
+"""The shared port contract (tests/storage) run against DynamoCheckpointStore and DynamoChunkLog.
 
 The contract's test functions are imported as they are; pytest collects them here, where the
 ``store`` and ``log`` fixtures (tests/aws/conftest.py) are the moto-backed AWS adapters.
@@ -25,6 +25,8 @@ from tests.storage.test_storage_contract import (
     test_runs_are_independent,
     test_save_bumps_version_keeps_epoch_and_replaces_fields,
     test_save_with_stale_version_raises_fenced_and_writes_nothing,
+    test_summary_is_the_records_status_and_owner_and_follows_saves,
+    test_tail_is_the_count_and_the_last_chunks,
     test_unknown_run_raises_not_found,
 )
 
@@ -47,5 +49,7 @@ __all__ = [
     "test_runs_are_independent",
     "test_save_bumps_version_keeps_epoch_and_replaces_fields",
     "test_save_with_stale_version_raises_fenced_and_writes_nothing",
+    "test_summary_is_the_records_status_and_owner_and_follows_saves",
+    "test_tail_is_the_count_and_the_last_chunks",
     "test_unknown_run_raises_not_found",
 ]

@@ -87,6 +87,18 @@ def test_large_states_round_trip_through_s3(ddb: Any, s3: Any) -> None:
     assert store.load("run-1") == small
 
 
+def test_a_summary_never_reads_the_state_even_when_it_is_offloaded(ddb: Any, s3: Any) -> None:
+    store = DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET, offload_bytes=1_000)
+    store.create(record(state=big_state("v1"), principal="alice", chat_id="c1"))
+    cold = DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET, offload_bytes=1_000)
+    counter = RequestCounter(ddb, s3)
+    summary = cold.summary("run-1")
+    assert (summary.status, summary.principal, summary.chat_id) == ("not_started", "alice", "c1")
+    assert "GetObject" not in counter.counts
+    with pytest.raises(RunNotFoundError):
+        cold.summary("run-2")
+
+
 def test_a_state_over_the_limit_without_a_bucket_fails_before_writing(ddb: Any) -> None:
     store = DynamoCheckpointStore(TABLE, client=ddb, offload_bytes=100)
     with pytest.raises(StorageError):
@@ -110,6 +122,8 @@ def test_a_record_past_its_ttl_is_missing_and_can_be_created_again(ddb: Any, s3:
     assert item(ddb)["version"] == {"N": "3"}
     with pytest.raises(RunNotFoundError):
         store.load("run-1")
+    with pytest.raises(RunNotFoundError):
+        store.summary("run-1")
     with pytest.raises(RunNotFoundError):
         store.claim("run-1", 3)
     with pytest.raises(RunNotFoundError):
@@ -145,8 +159,9 @@ def test_cached_writes_do_not_ship_the_state_back(store: DynamoCheckpointStore, 
     ddb.meta.events.register("after-call.dynamodb.UpdateItem", lambda parsed, **_: responses.append(parsed))
     store.claim("run-1", 1)
     store.save(record(state=big_state("inline", 50_000)), 2)
-    assert counter.counts == {"UpdateItem": 2}
-    assert all("state" not in r.get("Attributes", {}) for r in responses)
+    # The record this store wrote is not read again, and no write returns the 50 KB state.
+    assert not {"GetItem", "Query", "GetObject"} & set(counter.counts), counter.counts
+    assert responses and all("state" not in r.get("Attributes", {}) for r in responses)
 
 
 def test_throttling_becomes_storage_error_after_the_clients_retries(store: DynamoCheckpointStore, ddb: Any) -> None:

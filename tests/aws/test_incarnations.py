@@ -1,5 +1,5 @@
 """A run id used again after its record expired: a new incarnation, with a log and executions of
-its own; and the expiry rule that keeps every record younger than its chunk segments."""
+its own; and the expiry rule that keeps every record younger than its chunk log (items and segments)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import boto3
 import pytest
-from durable_harness.aws import DynamoCheckpointStore, S3ChunkLog, StepFunctionsOrchestrator, build_runtime
+from durable_harness.aws import DynamoCheckpointStore, DynamoChunkLog, StepFunctionsOrchestrator, build_runtime
 from durable_harness.aws.stepfunctions import ExecutionNameTakenError, execution_name
 from durable_harness.errors import FencedError, RetryableError, RunExistsError, RunNotFoundError, StorageError
 from durable_harness.ids import new_run_id
@@ -46,6 +46,15 @@ def chunks(tag: str, n: int) -> list[str]:
     return [f'{{"type":"text-delta","id":"{tag}","delta":"{i}"}}' for i in range(n)]
 
 
+def finish() -> str:
+    return '{"type":"finish","finishReason":"stop"}'
+
+
+def log_keys(found: dict[str, dict[str, Any]]) -> list[str]:
+    """The chunk-log keys among a run's items."""
+    return sorted(k for k in found if k.startswith("c#"))
+
+
 def test_creating_a_run_makes_an_incarnation_and_an_empty_log_of_it_in_one_transaction(ddb: Any, s3: Any) -> None:
     clock = Clock()
     store = DynamoCheckpointStore(TABLE, client=ddb, ttl_seconds=30 * DAY, max_age_seconds=40 * DAY, clock=clock)
@@ -54,55 +63,92 @@ def test_creating_a_run_makes_an_incarnation_and_an_empty_log_of_it_in_one_trans
     found = items(ddb, run_id)
     inc = found["run"]["inc"]["S"]
     assert store.incarnation(run_id) == inc and len(inc) == 10
-    assert found["log"] == {
-        "pk": {"S": run_id}, "sk": {"S": "log"}, "count": {"N": "0"}, "epoch": {"N": "0"}, "inc": {"S": inc},
+    index = f"c#{int(clock.now * 1000):013d}.{inc}#~"  # the incarnation's segment index: nothing sealed
+    assert log_keys(found) == [index]
+    assert found[index] == {
+        "pk": {"S": run_id}, "sk": {"S": index}, "sealed": {"N": "0"},
         "expires_at": {"N": str(int(clock.now) + 40 * DAY)},  # as long as segments live
     }  # fmt: skip
-    # A create that finds the run alive writes nothing: not the record, not the head.
-    log = S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=ddb, table_name=TABLE)
-    log.open(run_id, 1)
+    # A create that finds the run alive writes nothing: not the record, not the log.
+    log = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET)
+    assert log.open(run_id, 1) == 0
     log.append(run_id, 0, chunks("a", 2), 1)
     with pytest.raises(RunExistsError):
         store.create(record(run_id, '{"other":1}'))
     assert store.load(run_id).state == "{}" and log.read(run_id, 0) == chunks("a", 2)
+    # The open's marker at 0 became the append; the index stays the incarnation's last key.
+    assert log_keys(items(ddb, run_id)) == [f"c#{int(clock.now * 1000):013d}.{inc}#{0:013d}", index]
     existing, created = DynamoCheckpointStore(TABLE, client=ddb).create_if_absent(record(run_id, '{"x":1}'))
     assert not created and existing.state == "{}"  # the record the cancelled transaction found
-    # Records that are not runs (the approval ledger's) get no log head.
+    # Records that are not runs (the approval ledger's) get no log.
     store.create(record("apv_" + "0" * 48))
     assert set(items(ddb, "apv_" + "0" * 48)) == {"run"}
 
 
 @pytest.mark.parametrize("deleted", [False, True], ids=["expired-not-deleted", "deleted"])
-def test_a_new_incarnation_has_an_empty_log_that_never_shows_the_old_segments(ddb: Any, s3: Any, deleted: bool) -> None:
+def test_a_new_incarnation_has_an_empty_log_that_never_shows_the_old_one(ddb: Any, s3: Any, deleted: bool) -> None:
     clock = Clock()
     store = DynamoCheckpointStore(TABLE, client=ddb, ttl_seconds=30 * DAY, max_age_seconds=30 * DAY, clock=clock)
-    log = S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=ddb, table_name=TABLE, ttl_seconds=30 * DAY, clock=clock)
+    log = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET, ttl_seconds=30 * DAY, clock=clock)
     run_id = new_run_id()
     store.create(record(run_id))
     old = store.incarnation(run_id)
     for epoch, start, tag in ((1, 0, "a"), (2, 3, "b"), (5, 6, "c")):  # three slices, fences up to 5
         assert log.open(run_id, epoch) == start
         log.append(run_id, start, chunks(tag, 3 if tag != "c" else 4), epoch)
-    assert log.read(run_id, 0)[-1] == chunks("c", 4)[-1]  # this reader's cache now holds the old log
+    log.append(run_id, 10, [finish()], 5)  # the run's end: sealed into S3
+    old_log = log.read(run_id, 0)
+    assert old_log[-2:] == [chunks("c", 4)[-1], finish()]  # this reader's cache now holds the old log
+    old_keys = log_keys(items(ddb, run_id))
 
-    clock.now += 31 * DAY  # the record and its head have expired
-    if deleted:  # ... and DynamoDB's TTL deleted them
-        for sk in ("run", "log"):
-            ddb.delete_item(TableName=TABLE, Key={"pk": {"S": run_id}, "sk": {"S": sk}})
+    clock.now += 31 * DAY  # the record has expired (its log's items not yet: they outlive it)
+    if deleted:  # ... and DynamoDB's TTL deleted it
+        ddb.delete_item(TableName=TABLE, Key={"pk": {"S": run_id}, "sk": {"S": "run"}})
     created = store.create(record(run_id, '{"again":1}'))
     assert (created.version, created.epoch) == (1, 0)
     new = store.incarnation(run_id)
     assert new not in (None, old)
-    assert log.count(run_id) == 0 and log.read(run_id, 0) == []
+    # The reader that cached the old log, and a new one, see the new incarnation's empty log.
+    fresh = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET)
+    for reader in (log, fresh):
+        assert reader.read(run_id, 0) == [] and reader.read(run_id, 3, 2) == []
+        assert reader.count(run_id) == 0 and reader.tail(run_id, 5) == (0, [])
     # The new run's first slice claims epoch 1, below the old fence: its log takes it.
     claimed = store.claim(run_id, 1)
     assert log.open(run_id, claimed.epoch) == 0
-    log.append(run_id, 0, chunks("new", 2), claimed.epoch)
-    for reader in (log, S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=ddb, table_name=TABLE)):
-        assert reader.read(run_id, 0) == chunks("new", 2)
-        assert reader.read(run_id, 1) == chunks("new", 2)[1:]
+    log.append(run_id, 0, [*chunks("new", 2), finish()], claimed.epoch)
+    for reader in (log, fresh, DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET)):
+        assert reader.read(run_id, 0) == [*chunks("new", 2), finish()]
+        assert reader.read(run_id, 1, 1) == chunks("new", 2)[1:]
+        assert reader.tail(run_id, 2) == (3, [chunks("new", 2)[1], finish()])
+    # The old items are still there, below the new ones; each run's sealed segment is apart.
+    new_keys = set(log_keys(items(ddb, run_id))) - set(old_keys)
+    assert all(old in k for k in old_keys) and all(new in k for k in new_keys) and max(old_keys) < min(new_keys)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"runs/{run_id}/")["Contents"]]
-    assert {k.split("/")[2] for k in keys} == {old, new}  # the old segments are still there, apart
+    assert sorted(keys) == sorted([f"runs/{run_id}/{old}/seg/{0:013d}-{11:013d}.ndjson",
+                                   f"runs/{run_id}/{new}/seg/{0:013d}-{3:013d}.ndjson"])  # fmt: skip
+    body = s3.get_object(Bucket=BUCKET, Key=f"runs/{run_id}/{old}/seg/{0:013d}-{11:013d}.ndjson")["Body"].read()
+    assert body.decode().splitlines() == old_log
+
+
+def test_a_reader_that_trusts_the_old_incarnation_finds_the_new_one_at_the_top(ddb: Any, s3: Any) -> None:
+    """A reader keeps the generation it learned for a while; a read that reaches the top of the
+    run's keys meets the newer incarnation's and starts over."""
+    clock = Clock()
+    store = DynamoCheckpointStore(TABLE, client=ddb, ttl_seconds=30 * DAY, clock=clock)
+    run_id = new_run_id()
+    store.create(record(run_id))
+    writer = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET, clock=clock)
+    writer.open(run_id, 1)
+    writer.append(run_id, 0, chunks("old", 5), 1)
+    reader = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET)  # its clock does not move
+    assert reader.read(run_id, 0) == chunks("old", 5)
+    clock.now += 31 * DAY
+    store.create(record(run_id))
+    writer.open(run_id, 1)
+    writer.append(run_id, 0, chunks("new", 2), 1)
+    assert reader.read(run_id, 0) == chunks("new", 2)
+    assert reader.read(run_id, 5) == []
 
 
 def test_a_record_never_outlives_its_creation_plus_the_chunk_retention(ddb: Any, s3: Any) -> None:
@@ -210,7 +256,7 @@ def test_an_existing_execution_counts_as_started_only_when_it_is_this_runs_own(d
         orchestrator.start(run_id)
 
 
-def test_the_runtime_caps_records_at_the_chunk_retention_and_keeps_heads_as_long(ddb: Any, s3: Any) -> None:
+def test_the_runtime_caps_records_at_the_chunk_retention_and_keeps_log_items_as_long(ddb: Any, s3: Any) -> None:
     env = {
         "RUNS_TABLE": TABLE, "CHUNK_BUCKET": BUCKET, "AWS_REGION": REGION, "RUN_TTL_DAYS": "30",
         "CHUNK_RETENTION_DAYS": "45", "STATE_MACHINE_ARN": f"arn:aws:states:{REGION}:123456789012:stateMachine:runs",
@@ -222,7 +268,9 @@ def test_the_runtime_caps_records_at_the_chunk_retention_and_keeps_heads_as_long
     found = items(ddb, run_id)
     now = int(time.time())
     assert 29.9 * DAY < int(found["run"]["expires_at"]["N"]) - now <= 30 * DAY
-    assert 44.9 * DAY < int(found["log"]["expires_at"]["N"]) - now <= 45 * DAY
+    assert log_keys(found)  # the index, and the open's marker
+    for key in log_keys(found):
+        assert 44.9 * DAY < int(found[key]["expires_at"]["N"]) - now <= 45 * DAY, key
     assert runtime.orchestrator.current_incarnation(run_id) == found["run"]["inc"]["S"]
 
 
@@ -240,4 +288,5 @@ def test_a_create_cancelled_by_a_conflicting_transaction_is_retryable_and_writes
     assert isinstance(info.value, RetryableError) and fault.attempts == 1
     assert items(ddb, run_id) == {}
     store.create(record(run_id))  # the retry goes through
-    assert set(items(ddb, run_id)) == {"run", "log"}
+    found = items(ddb, run_id)
+    assert set(found) == {"run", *log_keys(found)} and [k[-2:] for k in log_keys(found)] == ["#~"]

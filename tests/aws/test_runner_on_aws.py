@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_harness.aws import DynamoCheckpointStore, S3ChunkLog
+from durable_harness.aws import DynamoCheckpointStore, DynamoChunkLog
 from durable_harness.demo import build_demo_agent
 from durable_harness.messages import ModelMessage, TextPart, UserMessage
 from durable_harness.runner import LocalOrchestrator, Runner
@@ -16,12 +16,12 @@ from tests.support import message_of
 PROMPT: list[ModelMessage] = [UserMessage(content=[TextPart(text="What is the weather in Paris?")])]
 
 
-def parsed(log: S3ChunkLog, run_id: str) -> list[dict[str, Any]]:
+def parsed(log: DynamoChunkLog, run_id: str) -> list[dict[str, Any]]:
     return [json.loads(chunk) for chunk in log.read(run_id, 0)]
 
 
-async def test_a_full_turn_ends_with_finish_in_the_s3_log(
-    store: DynamoCheckpointStore, log: S3ChunkLog, ddb: Any, s3: Any
+async def test_a_full_turn_ends_with_finish_in_the_deployed_log(
+    store: DynamoCheckpointStore, log: DynamoChunkLog, ddb: Any, s3: Any
 ) -> None:
     runner = Runner(build_demo_agent(delay=0), store, log)
     state = runner.create_run(PROMPT, chat_id="chat-1")
@@ -37,7 +37,7 @@ async def test_a_full_turn_ends_with_finish_in_the_s3_log(
 
 
 async def test_time_sliced_run_gives_the_same_stream_across_claims(
-    store: DynamoCheckpointStore, log: S3ChunkLog, ddb: Any, s3: Any
+    store: DynamoCheckpointStore, log: DynamoChunkLog, ddb: Any, s3: Any
 ) -> None:
     whole = Runner(build_demo_agent(delay=0), store, log)
     reference = whole.create_run(PROMPT, message_id="msg_1").run_id
@@ -63,7 +63,7 @@ async def test_time_sliced_run_gives_the_same_stream_across_claims(
 
 
 async def test_cancel_through_the_local_orchestrator_ends_the_log_with_finish(
-    store: DynamoCheckpointStore, log: S3ChunkLog
+    store: DynamoCheckpointStore, log: DynamoChunkLog
 ) -> None:
     runner = Runner(build_demo_agent(delay=0), store, log)
     orchestrator = LocalOrchestrator(runner, slice_seconds=0)

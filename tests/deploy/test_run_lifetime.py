@@ -1,5 +1,6 @@
-"""How long a run lives, and what happens after: its chunk log outlives its record, and a run id
-used again after the record expired is a new run with a new execution (the real state machine,
+"""How long a run lives, and what happens after: its chunk log (items and sealed segments)
+outlives its record, and a run id used again after the record expired is a new run with a new
+execution (the real state machine,
 the real handlers, moto; see stack.py)."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def start_run_event(run_id: str, event_id: str, chat_id: str) -> dict[str, Any]:
 
 
 def run_items(stack: MotoStack, run_id: str) -> dict[str, dict[str, Any]]:
-    """The run's items in the runs table by sort key: the record ("run") and its log head ("log")."""
+    """The run's items in the runs table by sort key: the record ("run") and its log ("c#...")."""
     ddb = stack.client("dynamodb")
     table = runtime_of(stack).store.table_name
     found = ddb.query(
@@ -40,7 +41,7 @@ def run_items(stack: MotoStack, run_id: str) -> dict[str, dict[str, Any]]:
 
 
 def segment_keys(stack: MotoStack, run_id: str) -> list[str]:
-    """Every chunk-log object of the run id in the bucket (all incarnations)."""
+    """Every sealed chunk-log segment of the run id in the bucket (all incarnations)."""
     bucket = stack.functions["ChatFunction"].env["CHUNK_BUCKET"]
     listed = stack.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"runs/{run_id}/")
     return [o["Key"] for o in listed.get("Contents", []) if "/seg/" in o["Key"]]
@@ -56,19 +57,21 @@ def test_a_run_id_used_again_after_its_record_expired_is_a_new_run_with_its_own_
     assert first["status"] == "SUCCEEDED"
     first_log = log_of(stack, run_id)
     old_segments = segment_keys(stack, run_id)
+    assert len(old_segments) == 1  # the finish sealed the whole log
+    old_items = {k for k in run_items(stack, run_id) if k.startswith("c#")}
 
-    # RunTtlDays later. Simulated: DynamoDB's TTL expiry of the run's items is set to the past
-    # (DynamoDB deletes expired items lazily, up to days later: they may still be read), or the
-    # items are deleted as TTL finally does. The segments stay: S3 keeps them longer (see below).
+    # RunTtlDays later. Simulated: DynamoDB's TTL expiry of the run's record is set to the past
+    # (DynamoDB deletes expired items lazily, up to days later: it may still be read), or the
+    # record is deleted as TTL finally does. Its log stays: its items and segments live longer
+    # (see below), and the new run must not see them.
     ddb, table = stack.client("dynamodb"), runtime_of(stack).store.table_name
-    for sk in ("run", "log"):
-        key = {"pk": {"S": run_id}, "sk": {"S": sk}}
-        if ttl == "deleted-by-ttl":
-            ddb.delete_item(TableName=table, Key=key)
-        else:
-            past = {":x": {"N": str(int(time.time()) - 1)}}
-            ddb.update_item(TableName=table, Key=key, UpdateExpression="SET expires_at = :x",
-                            ExpressionAttributeValues=past)  # fmt: skip
+    key = {"pk": {"S": run_id}, "sk": {"S": "run"}}
+    if ttl == "deleted-by-ttl":
+        ddb.delete_item(TableName=table, Key=key)
+    else:
+        past = {":x": {"N": str(int(time.time()) - 1)}}
+        ddb.update_item(TableName=table, Key=key, UpdateExpression="SET expires_at = :x",
+                        ExpressionAttributeValues=past)  # fmt: skip
     assert segment_keys(stack, run_id) == old_segments
 
     # The same run id again, from another event: a new run, driven by a new execution (Step
@@ -85,6 +88,8 @@ def test_a_run_id_used_again_after_its_record_expired_is_a_new_run_with_its_own_
     assert "reset-step" not in types(second_log) and len(second_log) == len(first_log)
     new_segments = [k for k in segment_keys(stack, run_id) if k not in old_segments]
     assert new_segments and all(k.split("/")[2] != old_segments[0].split("/")[2] for k in new_segments)
+    new_items = {k for k in run_items(stack, run_id) if k.startswith("c#")} - old_items
+    assert new_items and min(new_items) > max(old_items)  # the new incarnation's keys sort above
     assert agents.CONTROL.executions == {"alpha": 2, "beta": 2}  # each run ran its tools once
     # A redelivery of the second event starts nothing more.
     assert stack.invoke("TriggerFunction", start_run_event(run_id, "event-2", "second")) == {"runId": run_id}
@@ -113,5 +118,8 @@ def test_every_segment_and_state_object_of_a_run_expires_after_its_record(stack:
         written = obj["LastModified"].astimezone(UTC).timestamp()
         assert written >= created - 1  # (second resolution of created_at's parse vs LastModified)
         assert written + days * DAY >= record_expiry, obj["Key"]
-    # The log head, which the record points readers to, outlives the record too.
-    assert int(items["log"]["expires_at"]["N"]) >= record_expiry
+    # So does every item of its chunk log in the table.
+    log_items = [item for key, item in items.items() if key.startswith("c#")]
+    assert log_items
+    for item in log_items:
+        assert int(item["expires_at"]["N"]) >= record_expiry, item["sk"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from durable_harness.aws import DynamoCheckpointStore, S3ChunkLog
+from durable_harness.aws import DynamoCheckpointStore, DynamoChunkLog
 from durable_harness.ports import CheckpointStore, ChunkLog
 from durable_harness.storage.files import FileChunkLog
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
@@ -53,7 +53,7 @@ class Backend:
         return store, log
 
     def close(self) -> None:
-        """Close the SQLite connections and the S3 log's reader threads handed out so far."""
+        """Close the SQLite connections and the chunk log's reader threads handed out so far."""
         opened, self._opened = self._opened, []
         for adapter in opened:
             close = getattr(adapter, "close", None)
@@ -95,9 +95,14 @@ def aws_clients(max_attempts: int = 3) -> tuple[Any, Any]:
     return ddb, s3
 
 
-def aws_adapters(ddb: Any, s3: Any) -> tuple[DynamoCheckpointStore, S3ChunkLog]:
+SPILL_BYTES = 48
+"""The chunk log's spill threshold in these suites: low, so that the larger appends (tool inputs and
+outputs) go through S3 and its faults, as a long tool output would when deployed."""
+
+
+def aws_adapters(ddb: Any, s3: Any) -> tuple[DynamoCheckpointStore, DynamoChunkLog]:
     store = DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET)
-    return store, S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=ddb, table_name=TABLE)
+    return store, DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET, spill_bytes=SPILL_BYTES)
 
 
 @contextmanager

@@ -75,6 +75,9 @@ class FaultInjector:
     every: int
     burst: int = 1
     lost_reply: bool = False
+    per_service: bool = False
+    """Count each service's requests apart, so that each gets every ``every``-th request failed
+    (however few requests one of them makes in a run)."""
     operations: frozenset[str] | None = None
     """Only these operations fail (None: all of them)."""
     armed: bool = True
@@ -83,6 +86,7 @@ class FaultInjector:
     retried_attempts: int = 0
     """Requests that botocore sent as a retry (``attempt=2`` or later)."""
     _burst_left: dict[str, int] = field(default_factory=dict)
+    _by_service: Counter[str] = field(default_factory=Counter)
     _rotation: dict[str, Iterator[tuple[str, int]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _atomic: threading.Lock = field(default_factory=threading.Lock)
@@ -106,10 +110,12 @@ class FaultInjector:
             self.retried_attempts += "attempt=1" not in attempt
             if not self.armed or (self.operations is not None and operation not in self.operations):
                 return None
+            self._by_service[service] += 1
+            nth = self._by_service[service] if self.per_service else self.requests
             left = self._burst_left.get(operation, 0)
             if left > 0:
                 self._burst_left[operation] = left - 1
-            elif self.requests % self.every == 0:
+            elif nth % self.every == 0:
                 self._burst_left[operation] = self.burst - 1
             else:
                 return None

@@ -1,5 +1,5 @@
 """Bugs the reliability suites found, one regression test each (all fixed since: a write token in
-the DynamoDB store and a commit check in the S3 log recognise a write whose reply was lost; a
+the DynamoDB store and a write id in the chunk log recognise a write whose reply was lost; a
 retried cancel completes an unfinished cancel before answering 409).
 
 
@@ -7,7 +7,7 @@ retried cancel completes an unfinished cancel before answering 409).
    still answer 500 (``InternalServerError``) or time out; botocore then retries the request by
    itself, the retry fails its condition against the write that did land, and the adapter reports
    ``FencedError`` (``DynamoCheckpointStore.save``/``claim``) or ``LogConflictError``
-   (``S3ChunkLog.append``'s head commit). The runner takes that for "a newer slice owns the run",
+   (the chunk log's commit). The runner takes that for "a newer slice owns the run",
    and the orchestrator (locally, and the state machine's ``fenced`` result when deployed) stops
    driving the run quietly: it never finishes and its log never gets ``finish`` (D2).
 
@@ -45,10 +45,10 @@ def moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def aws_runner(store_ddb: Any, log_ddb: Any, s3: Any) -> tuple[Runner, Any, Any]:
-    from durable_harness.aws import DynamoCheckpointStore, S3ChunkLog
+    from durable_harness.aws import DynamoCheckpointStore, DynamoChunkLog
 
     store = DynamoCheckpointStore(TABLE, client=store_ddb, s3_client=s3, bucket=BUCKET)
-    log = S3ChunkLog(BUCKET, s3_client=s3, dynamodb_client=log_ddb, table_name=TABLE)
+    log = DynamoChunkLog(TABLE, dynamodb_client=log_ddb, s3_client=s3, bucket=BUCKET)
     return Runner(make_agent(Timeline(), 1), store, log, flush_interval=0), store, log
 
 
@@ -72,9 +72,9 @@ async def test_a_chunk_log_commit_whose_reply_was_lost_does_not_stop_the_run(mot
     log_ddb, _ = aws_clients(max_attempts=5)
     runner, _, log = aws_runner(store_ddb, log_ddb, s3)
     run_id = runner.create_run(PROMPT).run_id
-    # The log's head requests: UpdateItem (open), UpdateItem (the first append's commit, after its
-    # PutObject): DynamoDB applies the commit but its answer is lost (500); botocore retries it.
-    faults = FaultInjector(every=2, lost_reply=True, operations=frozenset({"UpdateItem"})).attach(log_ddb)
+    # Every other chunk-log write (markers and appends) is applied by DynamoDB, but its answer is
+    # lost (500); botocore retries it.
+    faults = FaultInjector(every=2, lost_reply=True, operations=frozenset({"PutItem"})).attach(log_ddb)
     state = await LocalOrchestrator(runner, slice_seconds=0, retry_delay=0).drive(run_id)
     faults.armed = False
     assert faults.total >= 1

@@ -23,7 +23,7 @@ from moto import mock_aws
 
 from tests.reliability.backends import aws_adapters, aws_clients
 from tests.reliability.conftest import Report
-from tests.reliability.faults import FaultInjector, fast_client_backoff
+from tests.reliability.faults import DYNAMODB_FAULTS, S3_FAULTS, FaultInjector, fast_client_backoff
 from tests.reliability.scenario import (
     PROMPT,
     CrashPlan,
@@ -110,14 +110,13 @@ async def test_transient_faults_are_retried_by_the_client_and_the_run_loses_noth
     clients: tuple[Any, Any], reference: dict[str, Any], concurrency: int | None, every: int, reliability_report: Report
 ) -> None:
     began = time.monotonic()
-    faults = FaultInjector(every=every)
+    faults = FaultInjector(every=every, per_service=True)
     state, runner, timeline, chunks = await run_scenario(*clients, concurrency, faults)
     assert state is not None and state.status == "finished"
     assert getattr(runner, "failures", []) == []  # botocore absorbed every fault: no slice failed
-    assert faults.total >= 15 and set(faults.injected) == {
-        "ProvisionedThroughputExceededException", "ThrottlingException", "InternalServerError",
-        "SlowDown", "InternalError", "RequestTimeout",
-    }  # fmt: skip
+    # Both services failed requests (S3 holds the larger appends here, see backends.SPILL_BYTES).
+    assert faults.total >= 10 and {code for code, _ in DYNAMODB_FAULTS} <= set(faults.injected)
+    assert set(faults.injected) & {code for code, _ in S3_FAULTS}, faults.injected
     assert faults.retried_attempts >= faults.total  # each fault was followed by the client's retry
     assert message_of(chunks) == reference
     assert timeline.executions == {"c1": 1, "c2": 1, "c3": 1, "c4": 1}
@@ -149,15 +148,17 @@ async def test_faults_that_exhaust_the_clients_retries_are_retried_by_the_orches
     )
 
 
-async def test_segment_writes_whose_replies_were_lost_are_recognized_and_the_run_loses_nothing(
-    clients: tuple[Any, Any], reference: dict[str, Any], reliability_report: Report
+@pytest.mark.parametrize("operation", ["PutItem", "PutObject"])
+async def test_chunk_writes_whose_replies_were_lost_are_recognized_and_the_run_loses_nothing(
+    clients: tuple[Any, Any], reference: dict[str, Any], reliability_report: Report, operation: str
 ) -> None:
-    """S3 stored the segment but the answer was lost (500): botocore's retry finds it (412) and the
-    log commits it as it is; nothing is written twice."""
-    faults = FaultInjector(every=2, lost_reply=True, operations=frozenset({"PutObject"}))
+    """DynamoDB stored the append (or S3 its spilled chunks) but the answer was lost (500):
+    botocore's retry finds the append's own write id (or rewrites the same object); nothing is
+    written twice."""
+    faults = FaultInjector(every=2, lost_reply=True, operations=frozenset({operation}))
     state, runner, timeline, chunks = await run_scenario(*clients, 1, faults)
     assert state is not None and state.status == "finished"
-    assert faults.total >= 3 and getattr(runner, "failures", []) == []
+    assert faults.total >= 2 and getattr(runner, "failures", []) == []
     assert message_of(chunks) == reference
     assert timeline.executions == {"c1": 1, "c2": 1, "c3": 1, "c4": 1}
-    reliability_report("lost_segment_replies", faults.total)
+    reliability_report(f"lost_{operation}_replies", faults.total)

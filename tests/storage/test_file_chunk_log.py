@@ -199,3 +199,42 @@ def test_two_processes_racing_on_the_same_start(tmp_path: Path) -> None:
         expected = [f'{{"by":"{winners[round_no]}","round":{round_no},"i":{i}}}' for i in range(3)]
         assert chunks[round_no * 3 : round_no * 3 + 3] == expected
     assert len(os.listdir(tmp_path / "run-1")) == ROUNDS + 3  # segments + lock, fence, tail
+
+
+class GrowingLog(FileChunkLog):
+    """A log another writer appends to right after each count is read (a live run's log)."""
+
+    def count(self, run_id: str) -> int:
+        n = super().count(run_id)
+        FileChunkLog.append(self, run_id, super().count(run_id), ["late-1", "late-2"], 0)
+        return n
+
+
+class Wrapped:
+    """A chunk log without ``tail`` (like the test suites' wrappers): read_tail falls back."""
+
+    def __init__(self, inner: FileChunkLog) -> None:
+        self.inner = inner
+
+    def open(self, run_id: str, epoch: int) -> int:
+        return self.inner.open(run_id, epoch)
+
+    def append(self, run_id: str, start: int, chunks: Any, epoch: int) -> int:
+        return self.inner.append(run_id, start, chunks, epoch)
+
+    def read(self, run_id: str, start: int, limit: int | None = None) -> list[str]:
+        return self.inner.read(run_id, start, limit)
+
+    def count(self, run_id: str) -> int:
+        return self.inner.count(run_id)
+
+
+def test_a_tail_matches_its_count_while_the_log_grows(tmp_path: Path) -> None:
+    from durable_harness.ports import read_tail
+
+    log = GrowingLog(tmp_path)
+    FileChunkLog.append(log, "run-1", 0, ["a", "b", "c"], 0)
+    # The chunks returned are the last ones *of the count returned*: a resume lines them up by it.
+    assert log.tail("run-1", 64) == (3, ["a", "b", "c"])
+    assert log.tail("run-1", 2) == (5, ["late-1", "late-2"])
+    assert read_tail(Wrapped(log), "run-1", 64) == (7, ["a", "b", "c", "late-1", "late-2", "late-1", "late-2"])

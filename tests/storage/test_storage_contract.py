@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from durable_harness.errors import FencedError, LogConflictError, RunExistsError, RunNotFoundError
-from durable_harness.ports import Checkpoint, CheckpointStore, ChunkLog
+from durable_harness.ports import Checkpoint, CheckpointStore, ChunkLog, RunSummary, SummaryReader, TailReader
 from durable_harness.storage import (
     FileChunkLog,
     MemoryCheckpointStore,
@@ -71,6 +71,18 @@ def test_create_starts_at_version_1_epoch_0_and_load_returns_it(store: Checkpoin
         meta={"origin": "chat"},
     )
     assert store.load("run-1") == created
+
+
+def test_summary_is_the_records_status_and_owner_and_follows_saves(store: CheckpointStore) -> None:
+    assert isinstance(store, SummaryReader)
+    created = store.create(record(principal="alice", chat_id="chat-1"))
+    assert store.summary("run-1") == RunSummary("run-1", "not_started", "alice", "chat-1")
+    store.save(record(state='{"step":1}', status="finished", principal="alice", chat_id="chat-1"), created.version)
+    assert store.summary("run-1") == RunSummary("run-1", "finished", "alice", "chat-1")
+    store.create(record("run-2"))
+    assert store.summary("run-2") == RunSummary("run-2", "not_started")
+    with pytest.raises(RunNotFoundError):
+        store.summary("nope")
 
 
 def test_create_twice_raises_run_exists(store: CheckpointStore) -> None:
@@ -150,6 +162,19 @@ def test_append_and_read_at_any_start(log: ChunkLog) -> None:
         assert log.read("run-1", start) == expected[start:], start
         for limit in (0, 1, 2, 5, 100):
             assert log.read("run-1", start, limit) == expected[start : start + limit], (start, limit)
+
+
+def test_tail_is_the_count_and_the_last_chunks(log: ChunkLog) -> None:
+    assert isinstance(log, TailReader)
+    assert log.tail("run-1", 3) == (0, [])
+    expected: list[str] = []
+    for size in (1, 4, 2, 7):
+        log.append("run-1", len(expected), chunks(len(expected), size), 0)
+        expected += chunks(len(expected), size)
+    for n in (0, 1, 2, 3, 6, 7, 13, 14, 100):
+        assert log.tail("run-1", n) == (14, expected[14 - n :] if n else []), n
+    with pytest.raises(ValueError):
+        log.tail("run-1", -1)
 
 
 def test_runs_are_independent(log: ChunkLog) -> None:

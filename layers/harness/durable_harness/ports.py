@@ -96,6 +96,72 @@ class ChunkLog(Protocol):
 
 
 @runtime_checkable
+class TailReader(Protocol):
+    """A chunk log that can read its end in one request (optional: every adapter here has it).
+
+    Resuming at the tail (``startIndex=-5``) needs the count and the last chunks; a log without
+    this capability answers with ``count`` and ``read``, two requests where each is remote.
+    """
+
+    def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
+        """The log's count and its last ``n`` chunks (all of them when it holds fewer)."""
+        ...
+
+
+def read_tail(log: ChunkLog, run_id: str, n: int) -> tuple[int, list[str]]:
+    """``log.tail(run_id, n)`` where the log has it, else the same from ``count`` and ``read``."""
+    if isinstance(log, TailReader):
+        return log.tail(run_id, n)
+    count = log.count(run_id)
+    start = max(0, count - n)
+    return count, log.read(run_id, start, count - start) if n else []
+
+
+@runtime_checkable
+class CommitCadence(Protocol):
+    """A chunk log that knows when a followed run's next append is due (optional).
+
+    Across processes a follower can only poll; polling when the writer's next flush should have
+    landed costs one read per flush and adds only the time the write takes.
+    """
+
+    def next_commit(self, run_id: str) -> float | None:
+        """When the next append is due (epoch seconds), or ``None`` when unknown."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a run record says about a run without its state: who owns it and where it is."""
+
+    run_id: str
+    status: str
+    principal: str | None = None
+    chat_id: str | None = None
+
+
+@runtime_checkable
+class SummaryReader(Protocol):
+    """A checkpoint store that can read a record's summary without its state (optional).
+
+    A stream resume only needs the principal and the status; the state may be hundreds of KB
+    (in S3, for a long run), so reading and parsing it would make a resume cost grow with the run.
+    """
+
+    def summary(self, run_id: str) -> RunSummary:
+        """The record's summary (strongly consistent). Raises ``RunNotFoundError``."""
+        ...
+
+
+def read_summary(store: CheckpointStore, run_id: str) -> RunSummary:
+    """``store.summary(run_id)`` where the store has it, else the summary of ``store.load``."""
+    if isinstance(store, SummaryReader):
+        return store.summary(run_id)
+    record = store.load(run_id)
+    return RunSummary(record.run_id, record.status, record.principal, record.chat_id)
+
+
+@runtime_checkable
 class Orchestrator(Protocol):
     """Drives a run's slices until the run pauses or ends (the state machine, or in-process)."""
 

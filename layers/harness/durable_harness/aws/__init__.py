@@ -1,14 +1,14 @@
-"""AWS adapters of the ports: DynamoDB checkpoints, an S3 chunk log, Step Functions, EventBridge.
+"""AWS adapters of the ports: DynamoDB checkpoints and chunk log (S3 for large data), Step Functions, EventBridge.
 
 Import this package only where boto3 is available (the Lambda functions, tests with moto); the
 local mode never needs it.
 """
 
 from ._errors import AwsRequestError
+from .chunklog import DynamoChunkLog
 from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher, StartRunRequest, parse_start_run_event, run_id_for_event, start_run_pattern
 from .runtime import AwsConfigError, AwsRuntime, build_runtime
-from .s3log import S3ChunkLog
 from .stepfunctions import StepFunctionsOrchestrator, execution_name
 
 __all__ = [
@@ -16,8 +16,8 @@ __all__ = [
     "AwsRequestError",
     "AwsRuntime",
     "DynamoCheckpointStore",
+    "DynamoChunkLog",
     "EventPublisher",
-    "S3ChunkLog",
     "StartRunRequest",
     "StepFunctionsOrchestrator",
     "build_runtime",

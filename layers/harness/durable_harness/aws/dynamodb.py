@@ -1,6 +1,6 @@
 """The deployed checkpoint store: one DynamoDB item per run, large states offloaded to S3 (D5).
 
-Table layout (shared with the chunk log's head item, see :mod:`.s3log`)::
+Table layout (shared with the chunk log's items, see :mod:`.chunklog`)::
 
     pk (S) = run id    sk (S) = "run"
     version, epoch (N)         fencing counters (ports.py); every write is conditional on version
@@ -15,10 +15,11 @@ Table layout (shared with the chunk log's head item, see :mod:`.s3log`)::
 A run id can be used again once its record has expired (an idempotent chat POST or a "Start Run"
 event repeated after ``RunTtlDays``). Everything keyed by the run id alone would then mix the two
 runs, so ``inc`` tells them apart: Step Functions names the run's executions after it (execution
-names stay taken for 90 days after an execution closes), and the chunk log keeps each
-incarnation's segments under a prefix of its own. Creating a record also resets the run's log
-head (``sk="log"``, see :mod:`.s3log`) in the same transaction, to an empty log of the new
-incarnation: a head left by an expired run is never read or appended to by the new one.
+names stay taken for 90 days after an execution closes), and the chunk log keys each incarnation's
+items and objects by it. Creating a record also writes the empty log of the new incarnation
+(``sk="c#<created ms>.<inc>#~"``, see :mod:`.chunklog`) in the same transaction; its keys sort
+after every older incarnation's, so the items an expired run left are never read or appended to
+by the new one.
 
 Expiry. Every write pushes ``expires_at`` out to ``ttl_seconds`` from now, but never past
 ``created_at + max_age_seconds`` when that is set. The runtime sets it to the chunk bucket's
@@ -55,9 +56,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import FencedError, HarnessError, RunExistsError, RunNotFoundError, StorageError
 from ..ids import is_run_id
-from ..ports import Checkpoint
+from ..ports import Checkpoint, RunSummary
 from ._errors import aws_errors, error_code, error_item, translate
-from ._loghead import fresh_head_item
+from ._logitems import fresh_log_item, generation
 
 __all__ = ["DynamoCheckpointStore"]
 
@@ -72,6 +73,7 @@ _NAMES = {f"#{n}": n for n in ("pk", "version", "epoch", "status", "principal", 
     "#write_id": "write_id",
     "#created_at": "created_at",
 }
+_SUMMARY = ("#pk", "#status", "#principal", "#chat_id", "#expires_at")
 _LIVE = "(attribute_not_exists(#expires_at) OR #expires_at > :now)"
 _PLACEHOLDER = re.compile(r"#\w+")
 
@@ -87,7 +89,7 @@ class DynamoCheckpointStore:
     larger than ``offload_bytes`` (without them, such a state fails with ``StorageError`` rather
     than hitting DynamoDB's 400 KB item limit mid-run). ``ttl_seconds`` (``None``: never) is how
     long a record lives after its last write, ``max_age_seconds`` (``None``: no cap) how long at
-    most after its creation. ``reset_log_head`` makes ``create`` reset the run's chunk-log head
+    most after its creation. ``reset_log_head`` makes ``create`` write the run's empty chunk log
     (when the log shares the table, as deployed). ``clock`` returns epoch seconds (tests move it).
     """
 
@@ -163,6 +165,26 @@ class DynamoCheckpointStore:
             except _StateGone:
                 continue  # a save replaced the record (and deleted its old object) meanwhile
         raise StorageError(f"run {run_id!r}: the offloaded state keeps disappearing")
+
+    def summary(self, run_id: str) -> RunSummary:
+        """The record's status, principal and chat id: one strongly consistent GetItem that
+        leaves the state out (so never a read of an offloaded state). Raises ``RunNotFoundError``."""
+        with aws_errors(f"loading run {run_id!r}"):
+            item = self._ddb.get_item(
+                TableName=self._table,
+                Key=self._key(run_id),
+                ConsistentRead=True,
+                ProjectionExpression=", ".join(_SUMMARY),
+                ExpressionAttributeNames={name: _NAMES[name] for name in _SUMMARY},
+            ).get("Item")
+        if item is None or self._expired(item):
+            raise RunNotFoundError(run_id)
+        return RunSummary(
+            run_id,
+            item["status"]["S"],
+            item["principal"]["S"] if "principal" in item else None,
+            item["chat_id"]["S"] if "chat_id" in item else None,
+        )
 
     def incarnation(self, run_id: str) -> str | None:
         """The token of the run's current incarnation (``None`` for a record made before there were
@@ -270,7 +292,8 @@ class DynamoCheckpointStore:
         try:
             if self._reset_log_head and is_run_id(run_id):  # other records (the approval ledger's) have no log
                 head_ttl = self._max_age if self._max_age is not None else self._ttl
-                head = fresh_head_item(run_id, incarnation, None if head_ttl is None else clock + head_ttl)
+                gen = generation(at, incarnation)
+                head = fresh_log_item(run_id, gen, None if head_ttl is None else clock + head_ttl)
                 self._ddb.transact_write_items(
                     TransactItems=[{"Put": put}, {"Put": {"TableName": self._table, "Item": head}}],
                     # Makes botocore's retry of a transaction whose reply was lost a no-op.

@@ -3,15 +3,16 @@
 Environment (set by the SAM template):
 
 =====================  ===========================================================
-``RUNS_TABLE``         DynamoDB table of run records and log heads (required)
-``CHUNK_BUCKET``       S3 bucket of chunk-log segments and offloaded states (required)
+``RUNS_TABLE``         DynamoDB table of run records and chunk logs (required)
+``CHUNK_BUCKET``       S3 bucket of sealed chunk-log segments, large appends and offloaded
+                       states (required)
 ``STATE_MACHINE_ARN``  the run state machine (required)
 ``EVENT_BUS_NAME``     bus for run lifecycle events (optional: no events without it)
 ``RUN_TTL_DAYS``       days a run's records live after their last write (default 30)
 ``CHUNK_RETENTION_DAYS``  days the chunk bucket keeps an object (its lifecycle rule; optional):
                        a run record never lives longer than this after its creation, so it
-                       expires before any of its segments (see :mod:`.dynamodb`); the log
-                       heads live this long after their last write
+                       expires before any of its segments (see :mod:`.dynamodb`); chunk-log
+                       items live this long after they were written
 =====================  ===========================================================
 
 boto3 clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so
@@ -30,9 +31,9 @@ import boto3
 from botocore.config import Config
 
 from ..errors import FatalError
+from .chunklog import DynamoChunkLog
 from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher
-from .s3log import S3ChunkLog
 from .stepfunctions import StepFunctionsOrchestrator
 
 __all__ = ["CLIENT_CONFIG", "AwsConfigError", "AwsRuntime", "build_runtime", "client_for"]
@@ -66,7 +67,7 @@ class AwsRuntime:
     """The ports (and the event publisher) of a deployed harness."""
 
     store: DynamoCheckpointStore
-    log: S3ChunkLog
+    log: DynamoChunkLog
     orchestrator: StepFunctionsOrchestrator
     events: EventPublisher | None = None
 
@@ -108,11 +109,12 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         )
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
-    # The log head lives as long as the segments may: a live record always finds its head.
-    head_ttl = retention if retention is not None else ttl_seconds
+    # Chunk items live as long as the run's S3 objects: written after the record's creation, they
+    # outlive the record, whose TTL is capped at creation + retention.
+    log_ttl = retention if retention is not None else ttl_seconds
     return AwsRuntime(
         store=store,
-        log=S3ChunkLog(bucket, s3_client=s3, dynamodb_client=dynamodb, table_name=table, ttl_seconds=head_ttl),
+        log=DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=log_ttl),
         orchestrator=orchestrator,
         events=EventPublisher(bus, client=client("events")) if bus else None,
     )

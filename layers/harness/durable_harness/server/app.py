@@ -164,26 +164,10 @@ class ChatApp:
                 code="invalid_start_index",
             )
         start = int(raw)
-        state = await self.service.load(run_id, principal)
-        count = await self.service.count(run_id)
-        await self.service.check_storage(state)
-        resolved = max(0, count + start) if start < 0 else start
-        # A terminal run's checkpoint knows its final length even while the last chunks are still
-        # being appended, so only an index past that is an error; anything else is followed.
-        total = state.stream.chunk_count
-        if resolved > count and not state.terminal:
-            # A client can never have more chunks than the log: a bogus index, not a reconnect.
-            raise InvalidRequestError(
-                f"startIndex {start} is past the end of this run's stream ({count} chunks so far).",
-                code="invalid_start_index",
-            )
-        if state.terminal and resolved >= total > 0:
-            raise InvalidRequestError(
-                f"startIndex {start} is past the end of this run's stream ({total} chunks, ended with 'finish').",
-                code="invalid_start_index",
-            )
+        resolved, count, first = await self.service.stream_start(run_id, start, principal)
         # The seed's GET handler names the run too (x-workflow-run-id), like the POST.
-        await self._stream(run_id, resolved, count - 1, [(b"x-workflow-run-id", run_id.encode())], receive, send, cors)
+        extra = [(b"x-workflow-run-id", run_id.encode())]
+        await self._stream(run_id, resolved, count - 1, extra, receive, send, cors, first)
 
     async def _stream(
         self,
@@ -194,10 +178,11 @@ class ChatApp:
         receive: Receive,
         send: Send,
         cors: list[tuple[bytes, bytes]],
+        first: list[str] | None = None,
     ) -> None:
         headers = [*UI_MESSAGE_STREAM_HEADERS, *extra, (b"x-workflow-stream-tail-index", str(tail_index).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
-        pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send))
+        pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send, first))
         disconnected = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
         try:
             await asyncio.wait({pump, disconnected}, return_when=asyncio.FIRST_COMPLETED)
@@ -206,11 +191,11 @@ class ChatApp:
                 task.cancel()
             await asyncio.gather(pump, disconnected, return_exceptions=True)
 
-    async def _pump(self, run_id: str, start: int, send: Send) -> None:
+    async def _pump(self, run_id: str, start: int, send: Send, first: list[str] | None) -> None:
         """Copy the run's chunks to the response as SSE events until ``finish`` or the window ends."""
         finished = False
         try:
-            async for batch in self.service.follow(run_id, start):
+            async for batch in self.service.follow(run_id, start, first):
                 if batch is None:
                     await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
                     continue

@@ -26,12 +26,12 @@ from ..errors import (
 )
 from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
-from ..ports import Orchestrator
+from ..ports import CommitCadence, Orchestrator, RunSummary, read_summary, read_tail
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
 from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
-from ..runner.state import RunState, pending_json
+from ..runner.state import TERMINAL_STATUSES, RunState, pending_json
 from ..storage.health import StorageHealth
 from .notifier import CommitSignal
 
@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 _FINISH_PREFIX = '{"type":"finish"'
 KEEPALIVE = None
 """Yielded by :meth:`ChatService.follow` when the run is idle, so the edge can send a keep-alive."""
+_LATE_RETRY = 0.015
+RESUME_TAIL = 64
+"""Chunks a resume at a non-negative index reads with the log's count: a client reconnecting after
+a drop is usually that close to the end, and then the count and its chunks take one read."""
 
 
 @dataclass
@@ -53,7 +57,11 @@ class ServiceConfig:
     reconnects); just under the Lambda timeout when deployed."""
     keepalive_seconds: float = 15.0
     poll_seconds: float = 0.25
-    """How often to look at the log when no in-process commit signal arrives."""
+    """How often to look at the log while the run streams, when no in-process commit signal arrives."""
+    idle_poll_seconds: float = 1.0
+    """The longest wait between looks at a quiet log. The poll backs off from ``poll_seconds`` to
+    this by a quarter of the time the log has been quiet, so a chunk after a quiet spell of ``q``
+    seconds waits at most about ``q / 4`` longer (a tool call's result, the next step)."""
     read_batch: int = 512
     max_messages: int = 1000
     storage_retry_after: int = 2
@@ -142,6 +150,51 @@ class ChatService:
         if principal is not None and state.principal is not None and state.principal != principal:
             raise RunNotFoundError(run_id)
         return state
+
+    async def summary(self, run_id: str, principal: str | None = None) -> RunSummary:
+        """What the run record says about the run (not its state), if ``principal`` may see it.
+
+        The same visibility rule as :meth:`load`, for a fraction of its cost: a resume calls this.
+        """
+        summary = await asyncio.to_thread(read_summary, self.runner.store, run_id)
+        if principal is not None and summary.principal is not None and summary.principal != principal:
+            raise RunNotFoundError(run_id)
+        return summary
+
+    async def stream_start(self, run_id: str, start: int, principal: str | None) -> tuple[int, int, list[str] | None]:
+        """Where a stream request from ``start`` (negative: from the tail) begins.
+
+        Returns ``(resolved start, the log's count, the chunks from the resolved start when the
+        read of the count already brought them, else None)``. Raises ``RunNotFoundError`` for a
+        run the principal may not see, ``InvalidRequestError`` for an index past the end, and
+        ``StorageError`` (a 503) while storage is known to fail and the run's log is incomplete. Two
+        storage reads in the common cases: the run's summary, and the log's tail with its count.
+        """
+        summary = await self.summary(run_id, principal)
+        want = min(-start, self.config.read_batch) if start < 0 else RESUME_TAIL
+        count, tail = await asyncio.to_thread(read_tail, self.runner.log, run_id, want)
+        if self.health is not None and self.health.unavailable:
+            # Known storage trouble (local mode): the full state says whether the run's log is complete.
+            await self.check_storage(await self.load(run_id))
+        resolved = max(0, count + start) if start < 0 else start
+        first = tail[resolved - (count - len(tail)) :] if count - len(tail) <= resolved <= count else None
+        if summary.status not in TERMINAL_STATUSES:
+            if resolved > count:
+                # A client can never have more chunks than the log: a bogus index, not a reconnect.
+                raise InvalidRequestError(
+                    f"startIndex {start} is past the end of this run's stream ({count} chunks so far).",
+                    code="invalid_start_index",
+                )
+            return resolved, count, first
+        # A terminal run's log ends with `finish`, or soon will: its checkpoint knows the final length
+        # while the last chunks are still being appended, and only an index past that is an error.
+        total = count if tail and tail[-1].startswith(_FINISH_PREFIX) else (await self.load(run_id)).stream.chunk_count
+        if resolved >= total > 0:
+            raise InvalidRequestError(
+                f"startIndex {start} is past the end of this run's stream ({total} chunks, ended with 'finish').",
+                code="invalid_start_index",
+            )
+        return resolved, count, first
 
     async def status(self, run_id: str, principal: str | None) -> dict[str, Any]:
         """What the run API reports about a run."""
@@ -245,36 +298,61 @@ class ChatService:
         """Chunks currently in the run's log."""
         return await asyncio.to_thread(self.runner.log.count, run_id)
 
-    async def follow(self, run_id: str, start: int) -> AsyncIterator[list[str] | None]:
+    async def follow(self, run_id: str, start: int, first: list[str] | None = None) -> AsyncIterator[list[str] | None]:
         """Batches of chunks from ``start`` until ``finish`` or the response window ends.
 
-        Yields ``None`` (:data:`KEEPALIVE`) after a quiet ``keepalive_seconds``.
+        ``first``, when given, is what the log holds from ``start`` as already read (by
+        :meth:`stream_start`). Yields ``None`` (:data:`KEEPALIVE`) after a quiet
+        ``keepalive_seconds``. Without a commit signal it polls: right when the writer's next
+        append is due if the log can tell (:class:`~durable_harness.ports.CommitCadence`), else
+        every ``poll_seconds`` while chunks come, backing off towards ``idle_poll_seconds`` while
+        the log is quiet; never again at once after a read that reached the end.
         """
         cfg = self.config
+        log = self.runner.log
+        cadence = log if self.signal is None and isinstance(log, CommitCadence) else None
         deadline = time.monotonic() + cfg.stream_window_seconds
         index, quiet_since = start, time.monotonic()
         while True:
-            chunks = await asyncio.to_thread(self.runner.log.read, run_id, index, cfg.read_batch)
+            if first is not None:
+                chunks, first = first, None
+            else:
+                chunks = await asyncio.to_thread(self.runner.log.read, run_id, index, cfg.read_batch)
+            now = time.monotonic()
             if chunks:
                 index += len(chunks)
-                quiet_since = time.monotonic()
+                quiet_since = now
                 for i, chunk in enumerate(chunks):
                     if chunk.startswith(_FINISH_PREFIX):
                         yield chunks[: i + 1]
                         return
                 yield chunks
-                continue
-            now = time.monotonic()
+                if len(chunks) >= cfg.read_batch:
+                    continue  # more may be waiting
+                now = time.monotonic()
             if now >= deadline:
                 return
             if now - quiet_since >= cfg.keepalive_seconds:
                 quiet_since = now
                 yield KEEPALIVE
-            timeout = min(deadline - now, cfg.poll_seconds, cfg.keepalive_seconds)
+            timeout = min(deadline - now, self._poll_delay(now - quiet_since, cadence, run_id), cfg.keepalive_seconds)
             if self.signal is not None:
                 await self.signal.wait(run_id, index, timeout)
             else:
                 await asyncio.sleep(timeout)
+
+    def _poll_delay(self, quiet: float, cadence: CommitCadence | None, run_id: str) -> float:
+        """How long a follower waits before it looks at the log again."""
+        cfg = self.config
+        backoff = max(cfg.poll_seconds, min(cfg.idle_poll_seconds, quiet / 4))
+        due = cadence.next_commit(run_id) if cadence is not None else None
+        if due is None:
+            return backoff
+        ahead = due - time.time()
+        if ahead > 0:
+            return min(ahead, backoff)
+        # Due already: a late write (look again soon), or the writer paused (back off as usual).
+        return min(backoff, _LATE_RETRY) if -ahead < backoff else backoff
 
     # --- validation ------------------------------------------------------------------------------
 

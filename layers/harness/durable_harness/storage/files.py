@@ -175,6 +175,15 @@ class FileChunkLog:
         with self._io_errors(run_id):
             return self._count(run_dir)
 
+    def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
+        """The log's count and its last ``n`` chunks (all of them when it holds fewer)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        count = self.count(run_id)
+        start = max(0, count - n)
+        # Bounded by the count just read: chunks appended since then are not part of this tail.
+        return count, self.read(run_id, start, count - start) if n else []
+
     # --- paths, locks, errors ----------------------------------------------------------------------
 
     def _run_dir(self, run_id: str) -> Path:

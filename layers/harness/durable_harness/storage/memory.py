@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..errors import FencedError, LogConflictError, RunExistsError, RunNotFoundError
-from ..ports import Checkpoint
+from ..ports import Checkpoint, RunSummary
 
 __all__ = ["MemoryCheckpointStore", "MemoryChunkLog", "check_chunks", "check_read_args"]
 
@@ -74,6 +74,12 @@ class MemoryCheckpointStore:
         """The newest record of a run. Raises ``RunNotFoundError``."""
         with self._lock:
             return _copy(self._get(run_id))
+
+    def summary(self, run_id: str) -> RunSummary:
+        """The record's summary, without its state. Raises ``RunNotFoundError``."""
+        with self._lock:
+            record = self._get(run_id)
+            return RunSummary(record.run_id, record.status, record.principal, record.chat_id)
 
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         """Bump epoch and version if the version is still ``expected_version``."""
@@ -159,6 +165,14 @@ class MemoryChunkLog:
         """The number of chunks in the run's log (0 for a log never written)."""
         with self._lock:
             return len(self._chunks.get(run_id, ()))
+
+    def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
+        """The log's count and its last ``n`` chunks (all of them when it holds fewer)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        with self._lock:
+            log = self._chunks.get(run_id, [])
+            return len(log), log[max(0, len(log) - n) :] if n else []
 
     def _check_epoch(self, run_id: str, epoch: int) -> None:
         fence = self._fences.get(run_id, 0)

@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from ..errors import FencedError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import ACTIVE_STATUSES, Checkpoint, Lease
+from ..ports import ACTIVE_STATUSES, Checkpoint, Lease, RunSummary
 from ._private import make_private_dirs, touch_private
 
 __all__ = ["SqliteCheckpointStore"]
@@ -138,6 +138,14 @@ class SqliteCheckpointStore:
         """The newest record of a run. Raises ``RunNotFoundError``."""
         with self._guard() as conn:
             return self._select(conn, run_id)
+
+    def summary(self, run_id: str) -> RunSummary:
+        """The record's summary, without its state. Raises ``RunNotFoundError``."""
+        with self._guard() as conn:
+            row = conn.execute("SELECT status, principal, chat_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFoundError(run_id)
+        return RunSummary(run_id, row[0], row[1], row[2])
 
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         """Bump epoch and version if the version is still ``expected_version``."""

@@ -2,9 +2,10 @@
 
 A model streams tokens far faster than a durable store takes writes, and one write per token is
 both slow and expensive. :class:`ChunkWriter` buffers chunks and flushes them as one
-``ChunkLog.append`` (one segment, one S3 PUT): the first chunk of a burst goes out at once, so the
-time to first token stays low, and while the model keeps streaming the rest go out together at
-most every ``flush_interval``. One append is in flight at a time, so segments land in order.
+``ChunkLog.append`` (one file locally, one DynamoDB item deployed): the first chunk of a burst
+goes out at once, so the time to first token stays low, and while the model keeps streaming the
+rest go out together at most every ``flush_interval``. One append is in flight at a time, so
+appends land in order.
 """
 
 from __future__ import annotations

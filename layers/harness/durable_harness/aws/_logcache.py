@@ -1,53 +1,34 @@
-"""Segment keys of the S3 chunk log and the reader's cache of committed segments.
+"""What the chunk log's reader keeps: committed appends and their boundaries, and writers' pace.
 
-A segment key is ``<inverted start>-<inverted epoch>``, both zero-padded to 13 digits, where
-``inverted x = 10**12 - x``. S3 lists keys in ascending order, so listing from the inverted start
-of chunk ``i`` returns the segment with the largest start ``<= i`` first, and among segments with
-the same start (one committed, the others orphans of fenced-off writers) the highest epoch first,
-which is the committed one (see :mod:`.s3log` for why).
+An append's chunks never change once committed, so a process that has read (or written) them
+keeps them: a follower, or a second client resuming the same run, reads only what is new. And the
+send times of the appends it read tell a follower when the next one is due.
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_right, insort
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 
-__all__ = ["MAX_INDEX", "SegmentCache", "list_start_after", "parse_segment_name", "segment_name"]
+__all__ = ["Cadence", "SegmentCache"]
 
-MAX_INDEX = 10**12
-"""Chunk indexes and epochs must stay below this (13 digits once inverted)."""
-_WIDTH = 13
 _BOUND_RUNS = 1024
 _BOUNDS_PER_RUN = 4096
-
-
-def segment_name(start: int, epoch: int) -> str:
-    """The object name (below the run's ``seg/`` prefix) of the segment at ``start`` by ``epoch``."""
-    if not 0 <= start < MAX_INDEX or not 0 <= epoch < MAX_INDEX:
-        raise ValueError(f"segment start {start} and epoch {epoch} must be in [0, {MAX_INDEX})")
-    return f"{MAX_INDEX - start:0{_WIDTH}d}-{MAX_INDEX - epoch:0{_WIDTH}d}"
-
-
-def list_start_after(index: int) -> str:
-    """A ``StartAfter`` value that lists segments with start ``<= index`` first, largest start first."""
-    return f"{MAX_INDEX - index:0{_WIDTH}d}"
-
-
-def parse_segment_name(name: str) -> tuple[int, int] | None:
-    """``(start, epoch)`` of a segment name; ``None`` for anything else under the prefix."""
-    head, sep, tail = name.partition("-")
-    if not sep or len(head) != _WIDTH or len(tail) != _WIDTH or not (head.isdigit() and tail.isdigit()):
-        return None
-    return MAX_INDEX - int(head), MAX_INDEX - int(tail)
+_CADENCE_ITEMS = 6  # appends whose send times estimate a writer's pace (the median gap)
+_CADENCE_RUNS = 256
+_MIN_PERIOD, _MAX_PERIOD = 0.01, 1.0
+_COMMIT_MARGIN = 0.01
+"""Seconds from a writer sending an append to DynamoDB having committed it (a few ms at p50)."""
 
 
 class SegmentCache:
-    """An LRU of committed segments (immutable once committed) plus known segment boundaries.
+    """An LRU of committed segments (the chunks of one append) plus known segment boundaries.
 
     Contents are bounded by ``max_bytes`` of segment data. Boundaries (indexes where a committed
     segment starts) outlive their segments' eviction: a follower that read up to ``n`` knows that
-    the next segment starts at ``n``, which lets it fetch that segment without listing.
+    the next segment starts at ``n``, which lets it read from there in one request.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -115,3 +96,36 @@ class SegmentCache:
             return True
         with self._lock:
             return index in self._bounds.get(run_id, ())
+
+
+class Cadence:
+    """The send times of the last appends read, per run (bounded), and what they predict."""
+
+    def __init__(self) -> None:
+        """Know nothing yet."""
+        self._lock = threading.Lock()
+        self._sent: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def note(self, run_id: str, times: Sequence[float]) -> None:
+        """Record the send times (epoch seconds, ascending) of appends just read."""
+        if not times:
+            return
+        with self._lock:
+            sent = self._sent.get(run_id)
+            if sent is None:
+                sent = self._sent[run_id] = deque(maxlen=_CADENCE_ITEMS)
+                if len(self._sent) > _CADENCE_RUNS:
+                    self._sent.popitem(last=False)
+            self._sent.move_to_end(run_id)
+            sent.extend(t for t in times if not sent or t > sent[-1])
+
+    def next_commit(self, run_id: str) -> float | None:
+        """The last send time plus the median gap and a commit margin; None before two appends."""
+        with self._lock:
+            sent = self._sent.get(run_id)
+            if sent is None or len(sent) < 2:
+                return None
+            gaps = sorted(b - a for a, b in zip(sent, list(sent)[1:], strict=False))
+            last = sent[-1]
+        period = min(max(gaps[len(gaps) // 2], _MIN_PERIOD), _MAX_PERIOD)
+        return last + period + _COMMIT_MARGIN

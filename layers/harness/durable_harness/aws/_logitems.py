@@ -1,0 +1,174 @@
+"""The chunk log's items in DynamoDB: keys, generations, and the encoding of one append's chunks.
+
+Every key of a run's log starts with ``c#<gen>#``, where the *generation* names one incarnation of
+the run id (see :mod:`.chunklog`): ``<creation time, epoch ms, 13 digits>.<incarnation>``, or 13
+zeros (plus ``.<inc>`` for a log migrated from the S3 log) when no creation time is known. A later
+incarnation's keys sort after an earlier one's, so the top of a run's log keys is always the
+current incarnation's.
+
+* ``c#<gen>#<start, 13 digits>``: one append (``n`` chunks from ``start``), or a marker (``n=0``);
+* ``c#<gen>#~``: the generation's *segment index*, which sorts after its appends: ``sealed`` (how
+  many chunks sealed S3 segments hold) and ``ends`` (each segment's end; they are contiguous from 0).
+
+This module only knows how items look; the protocol is :mod:`.chunklog`'s.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import StorageError
+
+__all__ = [
+    "MAX_INDEX",
+    "TOP",
+    "Encoded",
+    "IndexItem",
+    "LogItem",
+    "chunk_key",
+    "decode_chunks",
+    "decode_item",
+    "encode_chunks",
+    "fresh_log_item",
+    "gen_inc",
+    "generation",
+    "index_key",
+]
+
+MAX_INDEX = 10**13
+"""Chunk indexes must stay below this (13 digits in the sort key)."""
+_WIDTH = 13
+_PREFIX = "c#"
+_INDEX = "~"  # sorts after every digit: the index is the last key of its generation
+TOP = "c$"
+"""A sort key above every key of every generation (``$`` follows ``#``)."""
+NO_TIME = "0" * _WIDTH
+_COMPRESS_OVER = 900
+"""Texts longer than this are stored zlib-compressed when that is smaller: a write is billed per
+started KB of the item, and model output compresses 3-6 times (the JSON around each token repeats)."""
+
+
+def generation(created: float | None, inc: str | None) -> str:
+    """The generation of an incarnation created at ``created`` (epoch seconds; ``None``: unknown)."""
+    stamp = NO_TIME if created is None else f"{int(created * 1000):0{_WIDTH}d}"
+    return stamp if inc is None else f"{stamp}.{inc}"
+
+
+def gen_inc(gen: str) -> str | None:
+    """The incarnation token a generation names (``None``: a log of no known incarnation)."""
+    _, dot, inc = gen.partition(".")
+    return inc if dot else None
+
+
+def chunk_key(gen: str, start: int) -> str:
+    """The sort key of the item holding the append that starts at chunk ``start``."""
+    if not 0 <= start < MAX_INDEX:
+        raise ValueError(f"chunk index {start} must be in [0, {MAX_INDEX})")
+    return f"{_PREFIX}{gen}#{start:0{_WIDTH}d}"
+
+
+def index_key(gen: str) -> str:
+    """The sort key of a generation's segment index."""
+    return f"{_PREFIX}{gen}#{_INDEX}"
+
+
+def fresh_log_item(run_id: str, gen: str, expires_at: int | None) -> dict[str, Any]:
+    """The index item of an empty log of generation ``gen``, written with the run record that makes
+    the incarnation (in one transaction): the new incarnation's log is empty from that moment."""
+    item: dict[str, Any] = {"pk": {"S": run_id}, "sk": {"S": index_key(gen)}, "sealed": {"N": "0"}}
+    if expires_at is not None:
+        item["expires_at"] = {"N": str(expires_at)}
+    return item
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One append's chunks as stored: the attribute (``d``: text or zlib bytes) and its size."""
+
+    raw: bytes
+    """The chunks, one per line (what a spilled S3 object or a sealed segment holds)."""
+    attribute: dict[str, Any]
+    """The DynamoDB attribute value of ``d``: ``{"S": text}`` or ``{"B": compressed}``."""
+    size: int
+
+
+def encode_chunks(chunks: Sequence[str]) -> Encoded:
+    """The stored form of ``chunks`` (at least one; each is compact JSON without a newline)."""
+    raw = "".join(chunk + "\n" for chunk in chunks).encode("utf-8")
+    if len(raw) > _COMPRESS_OVER:
+        packed = zlib.compress(raw, 6)
+        if len(packed) < len(raw):
+            return Encoded(raw, {"B": packed}, len(packed))
+    return Encoded(raw, {"S": raw.decode("utf-8")}, len(raw))
+
+
+def decode_chunks(raw: bytes, n: int, where: str) -> tuple[str, ...]:
+    """The ``n`` chunks of a stored text (``where`` names it in the error if it is damaged)."""
+    if not raw.endswith(b"\n"):
+        raise StorageError(f"corrupt chunk log data in {where}")
+    # Split on "\n" only: str.splitlines would also split on U+2028 inside a JSON string.
+    chunks = tuple(raw[:-1].decode("utf-8").split("\n"))
+    if len(chunks) != n:
+        raise StorageError(f"corrupt chunk log data in {where}: {len(chunks)} chunks, expected {n}")
+    return chunks
+
+
+@dataclass(frozen=True)
+class LogItem:
+    """One append as read back: where its chunks start, how many, who wrote them, and how to get them."""
+
+    gen: str
+    start: int
+    n: int
+    epoch: int
+    write_id: str
+    chunks: tuple[str, ...] | None = None
+    """The chunks when the item holds them (``None`` for a marker or a spilled append)."""
+    s3_key: str | None = None
+    """Where a spilled append's chunks are (an S3 object of ``n`` lines)."""
+    size: int = 0
+    at: float | None = None
+    """When the writer sent the item (epoch seconds, its clock): readers learn the flush cadence."""
+
+    @property
+    def end(self) -> int:
+        """The index after this item's last chunk (its start for a marker)."""
+        return self.start + self.n
+
+
+@dataclass(frozen=True)
+class IndexItem:
+    """A generation's segment index: the sealed S3 segments, contiguous from chunk 0."""
+
+    gen: str
+    sealed: int = 0
+    ends: tuple[int, ...] = ()
+
+    def segments(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of every sealed segment, in order."""
+        starts = (0, *self.ends[:-1])
+        return list(zip(starts, self.ends, strict=True))
+
+
+def decode_item(item: dict[str, Any], run_id: str) -> LogItem | IndexItem:
+    """Decode a DynamoDB item of the chunk log (an append, a marker or a segment index)."""
+    key = item["sk"]["S"]
+    gen, _, tail = key[len(_PREFIX) :].rpartition("#")
+    if tail == _INDEX:
+        ends = tuple(int(e["N"]) for e in item.get("ends", {}).get("L", ()))
+        return IndexItem(gen, int(item.get("sealed", {}).get("N", "0")), ends)
+    start, n, epoch = int(tail), int(item["n"]["N"]), int(item["e"]["N"])
+    write_id = item.get("w", {}).get("S", "")
+    at = int(item["t"]["N"]) / 1000 if "t" in item else None
+    data = item.get("d")
+    if n == 0 or data is None:
+        s3_key = item.get("k", {}).get("S")
+        if n > 0 and s3_key is None:
+            raise StorageError(f"run {run_id!r}: chunk log item {key} holds neither chunks nor a pointer")
+        return LogItem(gen, start, n, epoch, write_id, s3_key=s3_key, at=at)
+    raw = zlib.decompress(data["B"]) if "B" in data else data["S"].encode("utf-8")
+    chunks = decode_chunks(raw, n, f"run {run_id!r} item {key}")
+    return LogItem(gen, start, n, epoch, write_id, chunks=chunks, size=len(raw), at=at)

@@ -1,0 +1,374 @@
+"""The deployed chunk log: a DynamoDB hot tail, sealed into S3 segments (the log of record) (D4).
+
+Layout (keys in :mod:`._logitems`, S3 objects in :mod:`._logseal`). An append (one group-commit
+flush) is one item in the runs table, next to the run record: ``pk=<run_id>,
+sk="c#<gen>#<start>"`` with ``n`` (chunks), ``e`` (the writer's epoch), ``w`` (a random id of the
+write), ``t`` (when it was sent, epoch ms), ``d`` (the chunks, one per line; zlib-compressed as
+binary when smaller) and ``expires_at``. An append over ``spill_bytes`` goes to an S3 object first
+and its item holds the key ``k`` instead: the item stays the commit point. The log's count is the
+end of its last item; items are contiguous.
+
+Incarnations. ``<gen>`` names the incarnation of the run id: the run record's creation writes the
+empty log of its generation (the segment index ``c#<gen>#~``, sealed 0) in the same transaction,
+and a later incarnation's keys sort after an earlier one's. Readers and writers take the top of
+the run's ``c#`` keys as the current log, so a run id used again after its record expired starts
+with an empty log and never sees the old one's items, which stay (with their TTL) below it.
+
+Sealing. The writer copies the committed chunks into S3 segments, one ``PutObject`` and one
+conditional ``UpdateItem`` of the segment index per seal: when it appends the run's terminal
+``finish``, and when the unsealed tail passes ``seal_chunks`` chunks or ``seal_bytes`` bytes (what
+it wrote). Nothing per flush: the hot path stays one ``PutItem``. A crash between the two writes
+leaves an unrecorded object; the next seal writes the same key again and records it. A seal that
+fails is only logged: the items stay readable, and the next seal covers what this one missed.
+
+Reading prefers the items (one Query reads any stretch near the end) and falls back to the sealed
+segments for whatever has no item (a log migrated from the previous format, or items deleted).
+Hot items carry the same TTL as the run's S3 objects (``ttl_seconds``: the runtime passes the
+chunk retention), so they outlive the record: dropping them earlier would save little (a run's
+items are a few hundred KB) and would lose a tail whose seal failed.
+
+Fencing, without a head item: the last item's epoch is the fence. ``open(e)`` reads the last item
+(fenced if its epoch is newer) and puts a marker (``n=0``) at the log's end; an append is a
+``PutItem`` conditional on ``attribute_not_exists(pk) OR (n = 0 AND e <= :epoch)``, so nothing
+overwrites committed chunks, and after ``open(e)`` returns no older epoch can append. A lost reply
+is recognized on botocore's retry by the write id.
+
+Requests: an append is 1 PutItem (plus 1 PutObject when it spills); ``open`` 1 Query + 1 PutItem;
+``count`` and ``tail`` 1 Query; a follower's ``read`` at the end of what it read 1 Query, whether
+or not anything is new. A cold ``read`` adds the Query that finds the current generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..errors import FencedError, HarnessError, LogConflictError, StorageError
+from ..storage.memory import check_chunks, check_read_args
+from ._errors import error_code, error_item, translate
+from ._logitems import MAX_INDEX, IndexItem, LogItem, chunk_key, decode_item, encode_chunks, generation
+from ._loglegacy import LegacyLog
+from ._logread import LogReader, NewGeneration, Top, lk
+from ._logseal import Segments
+
+__all__ = ["DynamoChunkLog"]
+
+logger = logging.getLogger(__name__)
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+_OPEN_ATTEMPTS = 20
+_CONDITION = "attribute_not_exists(pk) OR (#n = :zero AND #e <= :e)"
+_NAMES = {"#n": "n", "#e": "e"}
+_FINISH = '{"type":"finish"'
+
+
+@dataclass(frozen=True)
+class _Writer:
+    """A log as this object last wrote it: an append at ``end`` by ``epoch`` needs no read."""
+
+    gen: str
+    epoch: int
+    end: int
+    sealed: int
+    unsealed: int = 0
+    """Bytes this object appended since ``sealed`` (what it knows of the unsealed tail)."""
+    retry_at: int = 0
+    """After a failed seal, the next size-triggered one waits for this count."""
+
+
+class DynamoChunkLog:
+    """A :class:`~durable_harness.ports.ChunkLog` in the runs table, sealed into S3.
+
+    ``table_name`` is the runs table; ``bucket`` and ``s3_client`` hold the sealed segments and
+    appends over ``spill_bytes`` (after compression). ``seal_chunks`` and ``seal_bytes`` bound the
+    unsealed tail. ``ttl_seconds`` (``None``: never) sets the items' ``expires_at``.
+    ``cache_bytes`` bounds the cache of committed chunks; ``max_workers`` the parallel requests
+    of one read.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        dynamodb_client: Any,
+        s3_client: Any,
+        bucket: str,
+        prefix: str = "runs/",
+        spill_bytes: int = 16 * 1024,
+        seal_chunks: int = 20_000,
+        seal_bytes: int = 4 * 1024 * 1024,
+        ttl_seconds: int | None = 30 * 86400,
+        cache_bytes: int = 8 * 1024 * 1024,
+        max_workers: int = 8,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Use ``table_name`` and ``bucket`` through the given clients; see the class docstring."""
+        if not 0 < spill_bytes <= 350_000:
+            raise ValueError("spill_bytes must be in (0, 350000]: a DynamoDB item holds at most 400 KB")
+        if seal_chunks < 1 or seal_bytes < 1:
+            raise ValueError("seal_chunks and seal_bytes must be positive")
+        self._table = table_name
+        self._ddb = dynamodb_client
+        self._spill = spill_bytes
+        self._seal_chunks, self._seal_bytes = seal_chunks, seal_bytes
+        self._ttl = ttl_seconds
+        self._clock = clock
+        self._segments = Segments(
+            s3_client=s3_client, bucket=bucket, prefix=prefix, dynamodb_client=dynamodb_client, table_name=table_name
+        )
+        legacy = LegacyLog(
+            dynamodb_client=dynamodb_client, table_name=table_name, s3_client=s3_client, bucket=bucket, prefix=prefix
+        )
+        self._legacy = legacy
+        self._r = LogReader(
+            dynamodb_client=dynamodb_client,
+            table_name=table_name,
+            segments=self._segments,
+            legacy=legacy,
+            cache_bytes=cache_bytes,
+            max_workers=max_workers,
+            clock=clock,
+        )
+        self._lock = threading.Lock()
+        # Per run, the log as this object last wrote it. Dropped on any error, so a lost reply can
+        # never leave it wrong.
+        self._writers: dict[str, _Writer] = {}
+
+    # --- the port ----------------------------------------------------------------------------------
+
+    def open(self, run_id: str, epoch: int) -> int:
+        """Take the write fence for ``epoch``; return the chunk count. Raises ``FencedError``."""
+        self._check(run_id, epoch)
+        self._forget(run_id)
+        for _ in range(_OPEN_ATTEMPTS):
+            top = self._r.top(run_id, 0) or self._adopt_legacy(run_id, epoch)
+            end = self._fence_check(run_id, top, epoch)
+            old = self._put(run_id, top.gen, end, epoch, secrets.token_hex(8), None)
+            if old is None:
+                self._remember(run_id, _Writer(top.gen, epoch, end, top.index.sealed if top.index else 0))
+                return end
+            if old.epoch > epoch:
+                raise self._fenced(run_id, epoch, old.epoch)
+            # An older writer appended at the end meanwhile: look again.
+        raise StorageError(f"run {run_id!r}: the chunk log kept growing under an older writer; could not open it")
+
+    def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
+        """Append ``chunks`` at ``start`` as one item, all or nothing; returns the new count."""
+        check_chunks(chunks)
+        self._check(run_id, epoch)
+        writer = self._writers.get(run_id)
+        if writer is not None and epoch < writer.epoch:
+            # Fences only rise, so what this object wrote with is a lower bound: no request needed.
+            raise self._fenced(run_id, epoch, writer.epoch)
+        try:
+            if writer is None or (writer.epoch, writer.end) != (epoch, start):
+                top = self._r.top(run_id, 0)
+                if top is None:
+                    if self._legacy.head(run_id) is not None:
+                        raise LogConflictError(f"run {run_id!r}: the log is in the previous format; open it first")
+                    top = Top(generation(None, None), None, [])
+                end = self._fence_check(run_id, top, epoch)
+                if end != start:
+                    raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {end} chunks")
+                writer = _Writer(top.gen, epoch, end, top.index.sealed if top.index else 0)
+            if not chunks:
+                return start  # an empty item would take the key of the next real one
+            return self._append(run_id, writer, tuple(chunks))
+        except BaseException:
+            self._forget(run_id)
+            raise
+
+    def read(self, run_id: str, start: int, limit: int | None = None) -> list[str]:
+        """Chunks from absolute index ``start`` (at most ``limit``); empty past the end."""
+        check_read_args(start, limit)
+        self._check(run_id, 0)
+        if limit == 0:
+            return []
+        return self._r.read(run_id, start, None if limit is None else start + limit)
+
+    def count(self, run_id: str) -> int:
+        """The number of chunks in the run's log (0 for a log never written)."""
+        self._check(run_id, 0)
+        top = self._r.top(run_id, 0)
+        if top is None:
+            head = self._legacy.head(run_id)
+            return head.count if head else 0
+        self._r.cache.note_boundaries(lk(run_id, top.gen), top.end)
+        return top.end
+
+    def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
+        """The log's count and its last ``n`` chunks (all of them if fewer), in one read."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        self._check(run_id, 0)
+        top = self._r.top(run_id, n)
+        if top is None:
+            chunks = self._r.legacy_chunks(run_id)
+            return len(chunks), chunks[max(0, len(chunks) - n) :]
+        count = top.end
+        self._r.cache.note_boundaries(lk(run_id, top.gen), count)  # a follower goes on from here
+        return count, self._r.assemble(run_id, top.gen, top.index, top.items[::-1], max(0, count - n), count)
+
+    def next_commit(self, run_id: str) -> float | None:
+        """When the run's next append is due (epoch seconds), from the appends this object read.
+
+        A writer streaming a model flushes at a steady pace, and each item carries when it was
+        sent: a follower that reads right after the next one is due waits far less than one
+        that polls blindly. ``None`` until two appends were seen; the time may be past (the
+        writer paused: the model thinks, a tool runs), which the caller treats as unknown.
+        """
+        return self._r.cadence.next_commit(run_id)
+
+    def close(self) -> None:
+        """Stop the reader's worker threads (a later read starts them again)."""
+        self._r.close()
+
+    # --- writing -----------------------------------------------------------------------------------
+
+    def _append(self, run_id: str, writer: _Writer, chunks: tuple[str, ...]) -> int:
+        start, epoch, gen = writer.end, writer.epoch, writer.gen
+        write_id = secrets.token_hex(8)
+        encoded = encode_chunks(chunks)
+        attribute: dict[str, Any] = {"d": encoded.attribute}
+        if encoded.size > self._spill:
+            key = self._segments.spill_key(run_id, gen, start, epoch, write_id)
+            self._segments.put(key, encoded.raw, run_id)
+            attribute = {"k": {"S": key}}
+        old = self._put(run_id, gen, start, epoch, write_id, (len(chunks), attribute))
+        if old is not None and old.write_id != write_id:
+            # Not our own earlier attempt (a lost reply botocore retried): someone else's item.
+            top = self._r.top(run_id, 0)
+            last = top.items[0] if top is not None and top.items else None
+            if last is not None and last.epoch > epoch:
+                raise self._fenced(run_id, epoch, last.epoch)
+            raise LogConflictError(f"run {run_id!r}: append at {start}, but the log already holds chunks there")
+        end = start + len(chunks)
+        self._r.cache.put(lk(run_id, gen), start, chunks, len(encoded.raw))
+        writer = replace(writer, end=end, unsealed=writer.unsealed + len(encoded.raw))
+        self._remember(run_id, writer)
+        if chunks[-1].startswith(_FINISH) or (
+            end >= writer.retry_at and (end - writer.sealed >= self._seal_chunks or writer.unsealed >= self._seal_bytes)
+        ):
+            self._seal_quietly(run_id, writer)
+        return end
+
+    def _put(
+        self, run_id: str, gen: str, start: int, epoch: int, write_id: str, data: tuple[int, dict[str, Any]] | None
+    ) -> LogItem | None:
+        """Put a marker (``data`` None) or ``(n, attributes)`` at ``start``; the item in the way, if any."""
+        item: dict[str, Any] = {
+            "pk": {"S": run_id},
+            "sk": {"S": chunk_key(gen, start)},
+            "n": {"N": str(data[0] if data else 0)},
+            "e": {"N": str(epoch)},
+            "w": {"S": write_id},
+        }
+        if data is not None:
+            item.update(data[1])
+        item["t"] = {"N": str(int(self._clock() * 1000))}  # lets followers learn the flush cadence
+        expires_at = self._expiry()
+        if expires_at is not None:
+            item["expires_at"] = {"N": str(expires_at)}
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=item,
+                ConditionExpression=_CONDITION,
+                ExpressionAttributeNames=_NAMES,
+                ExpressionAttributeValues={":zero": {"N": "0"}, ":e": {"N": str(epoch)}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
+            old = error_item(exc)
+            found = decode_item(old, run_id) if old else None
+            if not isinstance(found, LogItem):
+                raise StorageError(f"run {run_id!r}: a chunk log write failed its condition, no item") from None
+            return found
+        except BotoCoreError as exc:
+            raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
+        return None
+
+    def _seal_quietly(self, run_id: str, writer: _Writer) -> None:
+        """Seal the writer's unsealed tail; a failure is logged (the items still hold it)."""
+        try:
+            sealed = self._seal(run_id, writer.gen, writer.sealed, writer.end)
+        except (HarnessError, NewGeneration) as exc:
+            logger.warning("run %s: could not seal chunks %d-%d: %s", run_id, writer.sealed, writer.end, exc)
+            sealed, retry_at = writer.sealed, writer.end + max(1, self._seal_chunks // 8)
+        else:
+            retry_at = 0
+        with self._lock:
+            if self._writers.get(run_id) == writer:  # not replaced meanwhile
+                self._writers[run_id] = replace(
+                    writer, sealed=max(sealed, writer.sealed), unsealed=0, retry_at=retry_at
+                )
+
+    def _seal(self, run_id: str, gen: str, start: int, end: int) -> int:
+        """Copy chunks ``[start, end)`` into a segment and record it; returns the sealed count."""
+        out: list[str] = []
+        pos = self._r.take_cached(lk(run_id, gen), start, end, out)
+        if pos < end:
+            items, index, _ = self._r.forward(run_id, gen, pos, end)
+            out += self._r.assemble(run_id, gen, index, items, pos, end)
+        raw = "".join(chunk + "\n" for chunk in out).encode("utf-8")
+        self._segments.put(self._segments.segment_key(run_id, gen, start, end), raw, run_id)
+        return self._segments.record(run_id, gen, start, end, self._expiry())
+
+    def _adopt_legacy(self, run_id: str, epoch: int) -> Top:
+        """The log of a run without items: empty, or one of the previous format, which a writer
+        fences (its old writers can commit no more) and seals into one segment of this layout."""
+        head = self._legacy.head(run_id)
+        if head is None:
+            return Top(generation(None, None), None, [])
+        head = self._legacy.fence(run_id, epoch)
+        gen = generation(None, head.inc)
+        chunks = self._legacy.chunks(run_id, head, self._r.get_many)
+        if not chunks:
+            return Top(gen, None, [])
+        self._r.cache.put(lk(run_id, gen), 0, tuple(chunks), sum(map(len, chunks)))
+        sealed = self._seal(run_id, gen, 0, len(chunks))
+        logger.info("run %s: sealed %d chunks of the previous log format", run_id, sealed)
+        return Top(gen, IndexItem(gen, sealed, (sealed,)), [])
+
+    def _fence_check(self, run_id: str, top: Top, epoch: int) -> int:
+        """The log's end, if ``epoch`` may write there (else ``FencedError``)."""
+        last = top.items[0] if top.items else None
+        if last is not None and last.epoch > epoch:
+            raise self._fenced(run_id, epoch, last.epoch)
+        return top.end
+
+    @staticmethod
+    def _fenced(run_id: str, epoch: int, fence: int) -> FencedError:
+        return FencedError(f"run {run_id!r}: epoch {epoch} is older than the log's fence {fence}")
+
+    def _remember(self, run_id: str, writer: _Writer) -> None:
+        with self._lock:
+            self._writers[run_id] = writer
+        self._r.learn(run_id, writer.gen)
+        self._r.cache.note_boundaries(lk(run_id, writer.gen), writer.end)
+
+    def _forget(self, run_id: str) -> None:
+        with self._lock:
+            self._writers.pop(run_id, None)
+
+    def _expiry(self) -> int | None:
+        return None if self._ttl is None else int(self._clock()) + self._ttl
+
+    # --- names ---------------------------------------------------------------------------------------
+
+    def _check(self, run_id: str, epoch: int) -> None:
+        # The id becomes part of an S3 key: refuse anything that could escape the run's prefix.
+        if not _RUN_ID.fullmatch(run_id):
+            raise ValueError(f"invalid run id for the chunk log: {run_id!r}")
+        if not 0 <= epoch < MAX_INDEX:
+            raise ValueError(f"epoch must be in [0, {MAX_INDEX}), got {epoch}")
