@@ -13,7 +13,9 @@ the slice that ends the turn). :data:`CONTROL` injects trouble into the second s
 * ``gate``: the step waits until the test opens the gate (to cancel a run mid-slice);
 * ``hang`` (with ``gate``): in that function only (a logical id, e.g. ``"ChatFunction"``), the
   step streams part of itself and then waits for the gate: a function that died mid-step. Opened
-  later, it goes on like a process that wakes up after it was taken over.
+  later, it goes on like a process that wakes up after it was taken over;
+* ``crash_in``: in that function only, the step streams part of itself and then raises an
+  unexpected error (a bug the function itself survives).
 
 The handlers run in this process (on moto's Step Functions worker threads), so this module's
 state is shared with the test.
@@ -50,6 +52,7 @@ class Control:
     fatal: bool = False
     gate: threading.Event | None = None
     hang: str | None = None
+    crash_in: str | None = None
     entered_gate: threading.Event = field(default_factory=threading.Event)
     executions: Counter[str] = field(default_factory=Counter)
     model_calls: Counter[int] = field(default_factory=Counter)
@@ -83,6 +86,11 @@ def lookup(input: Item) -> dict[str, str]:
 
 async def _second_step() -> AsyncIterator[ModelStreamPart]:
     parts = tool_calls_step(("c2", "lookup", {"name": "beta"}), text="Now beta.")
+    if CONTROL.crash_in is not None and ACTOR.get() == CONTROL.crash_in:
+        for part in parts[:3]:
+            yield part
+        await asyncio.sleep(0.3)  # those chunks are committed
+        raise RuntimeError("an unexpected error in the middle of a step")
     if CONTROL.hang is not None:
         if ACTOR.get() == CONTROL.hang:
             for part in parts[:3]:  # some of the step reaches the log

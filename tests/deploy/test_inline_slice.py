@@ -158,6 +158,26 @@ async def test_a_chat_function_that_dies_mid_slice_is_taken_over_by_the_slice_fu
 
 
 @pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_chat_slice_that_fails_hands_the_run_over_at_once(stack: MotoStack) -> None:
+    agents.CONTROL.crash_in = "ChatFunction"  # step 2 fails in the chat function (a bug it survives)
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    chunks = response.chunks()
+    # The POST's client sees the failed part dropped and the step redone by the slice function.
+    assert types(chunks).count("reset-step") == 1
+    assert_complete_turn(chunks)
+    assert chunks == log_of(stack, run_id)
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    # No heartbeat timeout to wait out: the task failed, and its catch ran the slice function.
+    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskFailed"), ("RunSlice", "TaskSucceeded")]
+    failed = [e for e in stack.history(execution["executionArn"]) if e["type"] == "TaskFailed"]
+    assert [e["taskFailedEventDetails"]["error"] for e in failed] == ["ChatSliceFailed"]
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
+    assert agents.CONTROL.model_calls[1] == 2
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
 async def test_a_client_that_drops_mid_stream_changes_nothing(stack: MotoStack) -> None:
     agents.CONTROL.gate = gate = threading.Event()
     post, response, dropped = await started_post(chat_app(stack))

@@ -106,12 +106,15 @@ class DynamoCheckpointStore:
         key_prefix: str = "runs/",
         reset_log_head: bool = True,
         clock: Callable[[], float] = time.time,
+        on_created: Callable[[str, str], None] | None = None,
     ) -> None:
-        """Use ``table_name`` through ``client``; see the class docstring for the options."""
+        """Use ``table_name`` through ``client``; see the class docstring for the options.
+        ``on_created(run_id, generation)`` hears of each run created with its empty chunk log."""
         if (s3_client is None) != (bucket is None):
             raise ValueError("pass both s3_client and bucket to offload large states, or neither")
         self._max_age = max_age_seconds
         self._reset_log_head = reset_log_head
+        self._on_created = on_created
         self._table = table_name
         self._ddb = client
         self._s3 = s3_client
@@ -311,6 +314,8 @@ class DynamoCheckpointStore:
             raise translate(exc, f"creating run {run_id!r}") from exc
         self._remember(record, state_key)
         self._note_created(run_id, item)
+        if self._on_created is not None and self._reset_log_head and is_run_id(run_id):
+            self._on_created(run_id, generation(at, incarnation))
         return record, None
 
     def _update(

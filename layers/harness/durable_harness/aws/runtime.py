@@ -105,22 +105,24 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         return client_for(service, session=session, region=region)
 
     dynamodb, s3 = client("dynamodb"), client("s3")
+    # Chunk items live as long as the run's S3 objects: written after the record's creation, they
+    # outlive the record, whose TTL is capped at creation + retention.
+    log_ttl = retention if retention is not None else ttl_seconds
+    log = DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=log_ttl)
     store = DynamoCheckpointStore(
-        table, client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds, max_age_seconds=retention
-    )
+        table, client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds, max_age_seconds=retention,
+        on_created=log.note_fresh,  # a run created here opens its log without a look at its top
+    )  # fmt: skip
     try:
         orchestrator = StepFunctionsOrchestrator(
             state_machine, client=client("stepfunctions"), incarnation=store.incarnation
         )
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
-    # Chunk items live as long as the run's S3 objects: written after the record's creation, they
-    # outlive the record, whose TTL is capped at creation + retention.
-    log_ttl = retention if retention is not None else ttl_seconds
     heartbeat = _whole(env, "INLINE_HEARTBEAT_SECONDS", "30")
     return AwsRuntime(
         store=store,
-        log=DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=log_ttl),
+        log=log,
         orchestrator=orchestrator,
         events=EventPublisher(bus, client=client("events")) if bus else None,
         handover=StepFunctionsHandover(

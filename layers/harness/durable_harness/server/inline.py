@@ -7,7 +7,9 @@ it writes the durable log all the same. Short turns stream at local speed, pay n
 function, and need no polling. The orchestrator is told through a
 :class:`~durable_harness.ports.SliceHandover`:
 
-* ``start`` runs concurrently with the slice (it is not on the way to the first chunk). The
+* ``start`` is called once the slice has claimed the run and committed its first chunk: the
+  model call has begun, and the process only waits for it, so the request costs the first chunk
+  nothing (a slice that commits nothing within ``start_after`` seconds starts it then). The
   driver it starts waits for this slice first;
 * while the slice runs, a heartbeat every third of ``heartbeat_seconds``;
 * at the end of the slice (the turn ended or paused, or the budget is spent at a step boundary)
@@ -65,6 +67,7 @@ class InlineSlices:
         on_slice: Callable[[str, RunState], None] | None = None,
         start_attempts: int = 3,
         retry_delay: float = 0.5,
+        start_after: float = 1.0,
     ) -> None:
         """Run first slices with ``runner``, hand them over through ``handover``."""
         self.runner = runner
@@ -74,6 +77,7 @@ class InlineSlices:
         self.on_slice = on_slice
         self.start_attempts = start_attempts
         self.retry_delay = retry_delay
+        self.start_after = start_after
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def begin(self, state: RunState) -> None:
@@ -82,10 +86,9 @@ class InlineSlices:
         if run_id in self._tasks:
             return
         self.signal.hold(run_id)  # before the first commit: its readers wait for the signal
-        started = asyncio.get_running_loop().create_task(asyncio.to_thread(self.handover.start, run_id))
-        self._tasks[run_id] = asyncio.get_running_loop().create_task(
-            self._drive(state, started), name=f"inline-slice:{run_id}"
-        )
+        loop = asyncio.get_running_loop()
+        started = loop.create_task(self._start(run_id))
+        self._tasks[run_id] = loop.create_task(self._drive(state, started), name=f"inline-slice:{run_id}")
 
     def running(self, run_id: str) -> bool:
         """True while this process runs a slice of the run (or hands it over)."""
@@ -137,6 +140,11 @@ class InlineSlices:
                 await self._end_unscheduled(run_id)
         except Exception:  # the driver (if any) takes over when its task times out
             logger.exception("run %s: could not hand the in-process slice over", run_id)
+
+    async def _start(self, run_id: str) -> None:
+        """Start the driver once the slice's first chunk is committed (or ``start_after`` passed)."""
+        await self.signal.wait(run_id, 0, self.start_after)
+        await asyncio.to_thread(self.handover.start, run_id)
 
     async def _started(self, run_id: str, started: asyncio.Task[None]) -> bool:
         """Whether the run's driver was started (trying again, up to ``start_attempts`` in all)."""
