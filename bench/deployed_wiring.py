@@ -3,7 +3,8 @@
 The real ``template.yaml`` is deployed into moto (``tests/deploy/stack.py``: DynamoDB, S3, the real
 state machine run by moto's interpreter, the real slice handler invoked in-process), and the real
 chat function app (``functions/chat/app.py``, its environment from the template) is served by
-uvicorn on loopback. A paced model (``_deployed.build_agent``) streams through all of it:
+uvicorn on loopback; it runs a chat run's first slice itself (``--env INLINE_FIRST_SLICE=0``: the
+slice function runs every slice). A paced model (``_deployed.build_agent``) streams through all of it:
 
 1. latency: ``--turns`` chat turns (``--ttft`` to the first token, then ``--deltas`` text deltas
    every ``--interval-ms``) POSTed over HTTP, interleaved with the same model streamed directly by

@@ -326,22 +326,27 @@ class ChatService:
         every ``poll_seconds`` while chunks come, backing off towards ``idle_poll_seconds`` while
         the log is quiet; never again at once after a read that reached the end.
 
-        While the signal holds the run (its writer is in this process), it waits for the signal,
-        reads exactly what was committed (the log's cache has it: no request), and looks at the
-        log itself only every ``idle_poll_seconds`` of quiet (a cancel, or a slice that took over,
-        writes from elsewhere); once the run is released it polls as above.
+        A read stops at what the signal says was committed, when it knows more than was read (the
+        log's cache has it: no request). While the signal holds the run (its writer is in this
+        process), it waits for the signal and looks at the log itself only every
+        ``idle_poll_seconds`` of quiet (a cancel, or a slice that took over, writes from
+        elsewhere); once the run is released it polls as above.
         """
         cfg = self.config
         log = self.runner.log
         signal = self.signal
         deadline = time.monotonic() + cfg.stream_window_seconds
         index, quiet_since = start, time.monotonic()
+        woken = False  # the last wait ended with a signal (not a timeout)
         while True:
             held = signal is not None and signal.held(run_id)
+            # What this process's writer committed (and the log's cache holds): read no further.
+            known = signal.count(run_id) if signal is not None else None
             if first is not None:
                 chunks, first = first, None
+            elif held and (woken or index == start) and (known is None or known <= index):
+                chunks = []  # its writer is here and signalled nothing new: nothing to look at
             else:
-                known = signal.count(run_id) if held and signal is not None else None
                 limit = cfg.read_batch if known is None or known <= index else min(cfg.read_batch, known - index)
                 chunks = await asyncio.to_thread(log.read, run_id, index, limit)
             now = time.monotonic()
@@ -370,7 +375,7 @@ class ChatService:
                 delay = self._poll_delay(now - quiet_since, cadence, run_id)
             timeout = min(deadline - now, delay, cfg.keepalive_seconds)
             if signal is not None:
-                await signal.wait(run_id, index, timeout)
+                woken = await signal.wait(run_id, index, timeout)
             else:
                 await asyncio.sleep(timeout)
 
