@@ -186,18 +186,20 @@ class ChatApp:
         the run that this process runs is done (deployed, the function is frozen when its response
         ends), whether the client is still there or not."""
         headers = [*UI_MESSAGE_STREAM_HEADERS, *extra, (b"x-workflow-stream-tail-index", str(tail_index).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
-        pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send, first))
-        disconnected = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
         finished: bool | None = None  # None: the client went away, nothing more to send
         try:
-            await asyncio.wait({pump, disconnected}, return_when=asyncio.FIRST_COMPLETED)
-            if pump.done() and not pump.cancelled():
-                finished = pump.result()
+            await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
+            pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send, first))
+            disconnected = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
+            try:
+                await asyncio.wait({pump, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+                if pump.done() and not pump.cancelled():
+                    finished = pump.result()
+            finally:
+                for task in (pump, disconnected):
+                    task.cancel()
+                await asyncio.gather(pump, disconnected, return_exceptions=True)
         finally:
-            for task in (pump, disconnected):
-                task.cancel()
-            await asyncio.gather(pump, disconnected, return_exceptions=True)
             if settle:
                 await self.service.settle(run_id)
         if finished is not None:
