@@ -30,9 +30,10 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   :func:`repair_lambda_unknown` names it as AWS does. A handler raising :class:`SandboxKilled`
   makes the invoke patch answer like such a killed sandbox.
 * no Lambda execution without Docker: the in-process invoke patch above.
-* stopping an execution whose task waits for a callback ends it ``FAILED``, and only at the
-  task's next heartbeat or its timeout (AWS: ``ABORTED``, at once). :func:`repair_stop_during_callback`
-  makes it ``ABORTED``; a short heartbeat keeps it quick.
+* a stop that comes while a state is in flight (a task waiting for a callback, which moto ends
+  only at its next heartbeat or its timeout; a task being entered) ends the execution ``FAILED``
+  when that state then fails (AWS: ``ABORTED``, at once). :func:`repair_errors_after_stop` keeps
+  it ``ABORTED``; a short heartbeat keeps the callback case quick.
 * EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
   ``send_to_targets``): :mod:`.eventbridge` delivers to them as EventBridge does (retry policy,
   dead-letter queue). ``TestEventPattern`` is not implemented: tests match the sample event
@@ -73,11 +74,11 @@ from moto.secretsmanager.models import secretsmanager_backends
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_aws_sdk,
-    state_task_service_callback,
     state_task_service_lambda,
     state_task_service_sfn,
 )
-from moto.stepfunctions.parser.asl.eval.callback import callback
+from moto.stepfunctions.parser.asl.eval.environment import Environment
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 
 from .cfn import NO_VALUE, ROOT, Resolver, function_properties, load_template
 from .eventbridge import LambdaTargets
@@ -175,24 +176,22 @@ def repair_sfn_start_execution() -> Any:
     return mock.patch.object(state_task_service_sfn.StateTaskServiceSfn, "_normalise_parameters", normalise)
 
 
-def repair_stop_during_callback() -> Any:
-    """Patch moto so that stopping an execution whose task waits for a callback ends it ``ABORTED``.
+def repair_errors_after_stop() -> Any:
+    """Patch moto so that a stopped execution ends ``ABORTED`` whatever its state was doing.
 
-    moto ends the wait only at the task's next heartbeat (or its timeout) and then reports the
-    wait as timed out; the error it raises replaces the stopped state, and the execution ends
-    ``FAILED``. AWS aborts the execution at once. Here a wait that ends because the execution was
-    stopped ends quietly, and the interpreter, seeing the stop, ends the execution ``ABORTED``.
+    moto's interpreter notices a stop between states; an error raised by the state in flight after
+    the stop (a callback wait that ends with no outcome, a task entered just as the stop came)
+    replaces the stopped state, and the execution ends ``FAILED``. On AWS a stopped execution is
+    ``ABORTED``. Here an error after a stop leaves the stop as it is.
     """
-    service = state_task_service_callback.StateTaskServiceCallback
-    original = service._eval_wait_for_task_token
+    original = Environment.set_error
 
-    def wait(self: Any, env: Any, timeout_seconds: Any, callback_endpoint: Any, heartbeat_endpoint: Any) -> Any:
-        outcome = original(self, env, timeout_seconds, callback_endpoint, heartbeat_endpoint)
-        if not env.is_running() and isinstance(outcome, (callback.CallbackOutcomeTimedOut, callback.HeartbeatTimedOut)):
-            return callback.CallbackOutcomeSuccess(callback_id=callback_endpoint.callback_id, output="{}")
-        return outcome
+    def set_error(self: Any, error: Any) -> None:
+        if isinstance(self._program_state, ProgramStopped):
+            return
+        original(self, error)
 
-    return mock.patch.object(service, "_eval_wait_for_task_token", wait)
+    return mock.patch.object(Environment, "set_error", set_error)
 
 
 def attribute_sdk_tasks() -> Any:
@@ -281,7 +280,7 @@ class MotoStack:
             repair_sfn_start_execution(),
             repair_lambda_unknown(),
             attribute_sdk_tasks(),
-            repair_stop_during_callback(),
+            repair_errors_after_stop(),
             self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")

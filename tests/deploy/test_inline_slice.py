@@ -205,8 +205,8 @@ async def test_a_client_that_drops_mid_stream_changes_nothing(stack: MotoStack) 
 @pytest.mark.stack_parameters(**IN_ONE_SLICE)
 async def test_a_cancel_during_the_in_process_slice_ends_the_run_once(stack: MotoStack) -> None:
     # moto ends a stopped execution only once its callback task stops waiting, at the next heartbeat
-    # or its timeout (AWS stops it at once; see stack.repair_stop_during_callback): a short
-    # heartbeat keeps that quick.
+    # or its timeout (AWS stops it at once; see stack.repair_errors_after_stop): a short heartbeat
+    # keeps that quick.
     stack.functions["ChatFunction"].env["INLINE_HEARTBEAT_SECONDS"] = "1"
     agents.CONTROL.gate = gate = threading.Event()
     post, response, _ = await started_post(chat_app(stack))

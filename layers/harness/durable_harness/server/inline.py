@@ -88,7 +88,9 @@ class InlineSlices:
         self.signal.hold(run_id)  # before the first commit: its readers wait for the signal
         loop = asyncio.get_running_loop()
         started = loop.create_task(self._start(run_id))
-        self._tasks[run_id] = loop.create_task(self._drive(state, started), name=f"inline-slice:{run_id}")
+        task = loop.create_task(self._drive(state, started), name=f"inline-slice:{run_id}")
+        self._tasks[run_id] = task
+        task.add_done_callback(lambda done: self._tasks.pop(run_id) if self._tasks.get(run_id) is done else None)
 
     def running(self, run_id: str) -> bool:
         """True while this process runs a slice of the run (or hands it over)."""
@@ -101,12 +103,14 @@ class InlineSlices:
         Shielded: a request that waits and is cancelled does not cancel the slice.
         """
         task = self._tasks.get(run_id)
-        if task is None:
-            return
-        await asyncio.shield(task)
-        if self._tasks.get(run_id) is task:
-            del self._tasks[run_id]
+        if task is None:  # none ran, or it is done already
             self.signal.forget(run_id)
+            return
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done():
+                self.signal.forget(run_id)  # its readers in this process are done with it too
 
     # --- internals ---------------------------------------------------------------------------------
 
