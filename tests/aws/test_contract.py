@@ -26,6 +26,7 @@ from tests.storage.test_storage_contract import (
     test_save_bumps_version_keeps_epoch_and_replaces_fields,
     test_save_with_stale_version_raises_fenced_and_writes_nothing,
     test_unknown_run_raises_not_found,
+    test_version_reads_the_heads_version,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "test_save_bumps_version_keeps_epoch_and_replaces_fields",
     "test_save_with_stale_version_raises_fenced_and_writes_nothing",
     "test_unknown_run_raises_not_found",
+    "test_version_reads_the_heads_version",
 ]
