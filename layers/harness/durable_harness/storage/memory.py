@@ -139,11 +139,6 @@ class MemoryCheckpointStore:
         with self._lock:
             return self._get(run_id).head.version
 
-    def records(self, run_id: str) -> list[tuple[str, str]]:
-        """The run's records ``(kind, body)`` in order (for tests and benchmarks)."""
-        with self._lock:
-            return list(self._get(run_id).records)
-
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""
         with self._lock:
