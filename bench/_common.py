@@ -155,6 +155,7 @@ class Request:
     ms: float = 0.0  # from before-send to after-call (moto's time plus the client's parsing)
     label: str = ""  # what the meter's ``label`` callable said when the request was sent
     attrs: frozenset[str] = frozenset()  # DynamoDB PutItem: the names of the attributes it writes
+    written: int = 0  # DynamoDB: bytes of the items as written (DynamoDB's item sizes, after the write)
 
 
 class RequestMeter:
@@ -250,11 +251,16 @@ class RequestMeter:
         if service == "s3":
             entry.item = request.url.split("?", 1)[0]  # which object (segment or state)
         if service == "dynamodb" and op == "TransactWriteItems":
-            # Two write units per KB of each item written (transactions cost double); creating a
+            # Two write units per KB of each item written (transactions cost double), each item
+            # billed at the larger of its sizes before and after (as for UpdateItem); creating a
             # run puts its record and its empty chunk log in one transaction.
             payload = json.loads(body) if body else {}
-            puts = [entry["Put"]["Item"] for entry in payload.get("TransactItems", []) if "Put" in entry]
-            entry.wru = float(sum(2 * max(1, math.ceil(len(json.dumps(item)) / 1024)) for item in puts))
+            writes = [next(iter(e.values())) for e in payload.get("TransactItems", [])]
+            keys = [(w["TableName"], w.get("Key") or {k: w["Item"][k] for k in ("pk", "sk") if k in w["Item"]})
+                    for w in writes]  # fmt: skip
+            request.context["bench"] = (entry, {"Transact": keys}, [_size_of(t, k) for t, k in keys])
+        if service == "dynamodb" and op == "Query":
+            request.context["bench"] = (entry, {"Query": json.loads(body) if body else {}}, 0)
         if service == "dynamodb" and op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
             payload = json.loads(body) if body else {}
             key = payload.get("Key") or payload.get("Item") or {}
@@ -271,16 +277,23 @@ class RequestMeter:
         entry, payload, before = context.get("bench", (None, None, 0))
         if entry is None:
             return
-        if entry.op == "Query" and isinstance(parsed, dict):
-            size = sum(ddb_item_size(item) for item in parsed.get("Items", ()))
-            entry.rru = float(max(1, math.ceil(size / 4096)))  # the chunk log reads strongly consistent
         entry.ms = (time.monotonic() - entry.at) * 1000
         length = http_response.headers.get("content-length")
         if length is not None:
             entry.received = int(length)
         elif not model.has_streaming_output:
             entry.received = len(http_response.content or b"")
-        if payload is None:
+        if payload is None or http_response.status_code >= 300:
+            return
+        if "Transact" in payload:
+            after = [_size_of(table, key) for table, key in payload["Transact"]]
+            entry.wru = float(sum(2 * max(1, math.ceil(max(b, a) / 1024)) for b, a in zip(before, after, strict=True)))
+            entry.written = sum(after)
+            return
+        if "Query" in payload:  # the sizes of the items read, summed, then rounded up to 4 KB units
+            size = sum(ddb_item_size(item) for item in (parsed or {}).get("Items", []))
+            units = max(1, math.ceil(size / 4096))
+            entry.rru = float(units) if payload["Query"].get("ConsistentRead") else units / 2
             return
         after = _item_size(payload)
         if entry.op == "GetItem":
@@ -288,6 +301,7 @@ class RequestMeter:
             entry.rru = float(units) if payload.get("ConsistentRead") else units / 2
         else:
             entry.wru = float(max(1, math.ceil(max(before, after) / 1024)))
+            entry.written = after
 
 
 def item_kind(request: Request) -> str:
@@ -330,15 +344,20 @@ def _value_size(value: dict[str, Any]) -> int:
 
 def _item_size(payload: dict[str, Any]) -> int:
     """The size of the item a DynamoDB request names, as moto holds it now (0 if absent)."""
-    from moto.dynamodb.models import dynamodb_backends
-
     key = payload.get("Key")
     if key is None and "Item" in payload:
         key = {k: payload["Item"][k] for k in ("pk", "sk") if k in payload["Item"]}
     if not key:
         return 0
+    return _size_of(payload["TableName"], key)
+
+
+def _size_of(table: str, key: dict[str, Any]) -> int:
+    """The size of the item at ``key``, as moto holds it now (0 if absent)."""
+    from moto.dynamodb.models import dynamodb_backends
+
     try:
-        item = dynamodb_backends[ACCOUNT][REGION].get_item(payload["TableName"], key)
+        item = dynamodb_backends[ACCOUNT][REGION].get_item(table, key)
     except Exception:
         return 0
     return int(item.size()) if item is not None else 0

@@ -6,7 +6,7 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,11 +22,18 @@ class SimulatedCrash(BaseException):
 
 
 class CrashingLog:
-    """A chunk log that crashes on the ``crash_on``-th append (1-based), before or after writing it."""
+    """A chunk log that crashes on the ``crash_on``-th append (1-based), or on the first append that
+    holds chunk index ``crash_at_chunk``, before or after writing it.
 
-    def __init__(self, inner: ChunkLog, crash_on: int, *, after_write: bool = False) -> None:
+    Which chunks one append holds depends on timing (group commit); chunk indexes do not.
+    """
+
+    def __init__(
+        self, inner: ChunkLog, crash_on: int = 0, *, after_write: bool = False, crash_at_chunk: int | None = None
+    ) -> None:
         self.inner = inner
         self.crash_on = crash_on
+        self.crash_at_chunk = crash_at_chunk
         self.after_write = after_write
         self.appends = 0
 
@@ -35,10 +42,14 @@ class CrashingLog:
 
     def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
         self.appends += 1
-        if self.appends == self.crash_on and not self.after_write:
+        at = self.crash_at_chunk
+        crash = self.appends == self.crash_on or (at is not None and start <= at < start + len(chunks))
+        if crash:
+            self.crash_on, self.crash_at_chunk = 0, None  # once
+        if crash and not self.after_write:
             raise SimulatedCrash(f"crash before append {self.appends}")
         count = self.inner.append(run_id, start, chunks, epoch)
-        if self.appends == self.crash_on:
+        if crash:
             raise SimulatedCrash(f"crash after append {self.appends}")
         return count
 
@@ -50,11 +61,15 @@ class CrashingLog:
 
 
 class CrashingStore:
-    """A checkpoint store that crashes on the ``crash_on``-th ``save`` (1-based), before writing it."""
+    """A checkpoint store that crashes, before writing it, on the ``crash_on``-th ``save`` (1-based),
+    or on the first save of a record for which ``crash_when`` is true."""
 
-    def __init__(self, inner: CheckpointStore, crash_on: int) -> None:
+    def __init__(
+        self, inner: CheckpointStore, crash_on: int = 0, crash_when: Callable[[Checkpoint], bool] | None = None
+    ) -> None:
         self.inner = inner
         self.crash_on = crash_on
+        self.crash_when = crash_when
         self.saves = 0
 
     def create(self, checkpoint: Checkpoint) -> Checkpoint:
@@ -66,9 +81,13 @@ class CrashingStore:
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         return self.inner.claim(run_id, expected_version)
 
+    def version(self, run_id: str) -> int:
+        return self.inner.version(run_id)
+
     def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
         self.saves += 1
-        if self.saves == self.crash_on:
+        if self.saves == self.crash_on or (self.crash_when is not None and self.crash_when(checkpoint)):
+            self.crash_when = None
             raise SimulatedCrash(f"crash before save {self.saves}")
         return self.inner.save(checkpoint, expected_version)
 

@@ -119,7 +119,7 @@ describe('a. a tool turn streamed from the state machine over several slices', (
     const status = await finishedStatus(r.runId);
     t.diagnostic(`run ${r.runId}: ${status.slices} slices, ${status.chunkCount} chunks`);
     assert.equal(status.status, 'finished');
-    assert.ok(status.slices >= 3, `slices: ${status.slices}`);
+    assert.ok(status.slices >= 2, `slices: ${status.slices}`); // a slice per step
     assert.equal(status.chunkCount, chunks.length);
 
     // Replay by run id from 0 with the real transport: the same chunks, the same message.
