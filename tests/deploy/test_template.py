@@ -119,7 +119,7 @@ def test_the_chat_function_streams_through_the_lambda_web_adapter() -> None:
     script = (ROOT / "functions" / "chat" / "run.sh").read_bytes()
     assert b"\r" not in script and script.startswith(b"#!/bin/bash\n")
     assert (ROOT / "functions" / "chat" / "run.sh").stat().st_mode & 0o111
-    assert b"exec python -m uvicorn" in script and b"AWS_LWA_PORT" in script and b"/opt/python" in script
+    assert b"exec python -m serve" in script and b"/opt/python" in script
 
 
 @pytest.mark.parametrize(
