@@ -91,14 +91,14 @@ class _Cycle:
             await app(self.scope, self.receive, self.send)
         except Exception:
             logger.exception("unhandled error in the app serving %s %s", self.scope["method"], self.scope["path"])
-            await self._fail("raised")
+            await self._fail()
         else:
-            if not self.response_complete:
+            if not self.response_complete and not self.connection.lost:  # (once lost, there is no one to answer)
                 logger.error("the app returned without completing its response to %s %s",
                              self.scope["method"], self.scope["path"])  # fmt: skip
-                await self._fail("returned early")
+                await self._fail()
 
-    async def _fail(self, why: str) -> None:
+    async def _fail(self) -> None:
         if self.connection.lost:
             return
         if self.response_started:  # no way to say so in HTTP: end the connection mid-body
