@@ -107,6 +107,10 @@ class Probe:
             await send({"type": "http.response.body", "body": b"data: second\n\n", "more_body": True})
             await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
             waiter.cancel()
+        elif path == "/quiet":  # as the chat app does when its client went away: no end to the response
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"data: first\n\n", "more_body": True})
+            self.disconnects.append((await receive())["type"])
         elif path == "/big":
             total = int(scope["query_string"].decode().split("=")[1])
             await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -209,6 +213,16 @@ def test_a_dropped_connection_reaches_the_app_as_a_disconnect(url: str, probe: P
     # Leaving the block unread closes the connection, as the adapter does when its client goes away.
     wait_for(lambda: probe.disconnects == ["http.disconnect"])
     assert probe.after_disconnect_sends_ok.wait(10)
+
+
+def test_an_app_may_leave_a_response_to_a_lost_connection_unfinished(
+    url: str, probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    with httpx.Client() as client, client.stream("POST", f"{url}/quiet") as response:
+        assert next(response.iter_raw()) == b"data: first\n\n"
+    wait_for(lambda: probe.disconnects == ["http.disconnect"])
+    assert httpx.get(f"{url}/echo").status_code == 200  # served after the app returned
+    assert not [r for r in caplog.records if r.name == httpd.__name__]  # nothing to report: the client left
 
 
 def test_send_waits_while_the_peer_does_not_read(url: str, probe: Probe) -> None:
