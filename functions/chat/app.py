@@ -1,4 +1,4 @@
-"""Entry point of the chat function: the ASGI app served by uvicorn (behind the Lambda Web Adapter).
+"""Entry point of the chat function: the ASGI app (served by serve.py, behind the Lambda Web Adapter).
 
 Deployed (``RUNS_TABLE`` set by the template) it serves the AWS runtime: run records in DynamoDB,
 the chunk log in S3, runs driven by the Step Functions state machine. CORS is answered by the
