@@ -1,4 +1,5 @@
-"""Shared test helpers: a real uvicorn server on loopback, crash injection, SSE reading."""
+"""Shared test helpers: a real server on loopback (uvicorn, or the chat function's httpd), crash injection,
+SSE reading."""
 
 from __future__ import annotations
 
@@ -109,23 +110,30 @@ def parse_sse_body(body: bytes) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def serve(app: ChatApp | Any, **config: Any) -> Iterator[str]:
-    """Serve an ASGI ``app`` with uvicorn on a loopback port in a background thread; yields the base
-    URL. ``config`` goes to ``uvicorn.Config`` (e.g. ``log_level``, ``access_log``)."""
+def serve(app: ChatApp | Any, *, server: str = "uvicorn", **config: Any) -> Iterator[str]:
+    """Serve an ASGI ``app`` on a loopback port in a background thread; yields the base URL.
+
+    ``server``: ``"uvicorn"`` (the local server, ``make dev``; ``config`` goes to ``uvicorn.Config``,
+    e.g. ``log_level``, ``access_log``) or ``"httpd"`` (the deployed chat function's server,
+    :mod:`durable_harness.server.httpd`; ``config`` goes to its ``serve``)."""
+    if server == "httpd":
+        with _serve_httpd(app, **config) as url:
+            yield url
+        return
     # IPPROTO_TCP explicitly: asyncio then turns Nagle off on accepted connections (~40 ms per response otherwise)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # connections queue from now on, so no waiting for the server thread is needed
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **{"log_level": "warning", **config}))
+    uvicorn_server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **{"log_level": "warning", **config}))
     loop_ready = threading.Event()
 
     def run() -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         loop_ready.set()
-        loop.run_until_complete(server.serve(sockets=[sock]))
+        loop.run_until_complete(uvicorn_server.serve(sockets=[sock]))
         loop.close()
 
     thread = threading.Thread(target=run, daemon=True)
@@ -134,9 +142,44 @@ def serve(app: ChatApp | Any, **config: Any) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
+        uvicorn_server.should_exit = True
         thread.join(15)
         sock.close()
+
+
+@contextmanager
+def _serve_httpd(app: Any, **options: Any) -> Iterator[str]:
+    from durable_harness.server import httpd
+
+    started: list[tuple[str, int]] = []
+    failed: list[BaseException] = []
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    def listening(address: tuple[str, int]) -> None:
+        started.append(address)
+        ready.set()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(httpd.serve(app, "127.0.0.1", 0, stop=stop, ready=listening, **options))
+        except BaseException as exc:  # reported by the main thread
+            failed.append(exc)
+            ready.set()
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    if not ready.wait(10) or failed:
+        raise RuntimeError("httpd did not start") from (failed[0] if failed else None)
+    try:
+        yield f"http://127.0.0.1:{started[0][1]}"
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(15)
 
 
 def user_message(text: str, message_id: str = "u1") -> dict[str, Any]:

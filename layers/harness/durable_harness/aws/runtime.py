@@ -15,8 +15,11 @@ Environment (set by the SAM template):
                        items live this long after they were written
 =====================  ===========================================================
 
-boto3 clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so
-they are created once per process and reused across invocations of a warm Lambda.
+Clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so they are
+created once per process and reused across invocations of a warm Lambda. They are botocore
+clients from one shared session (:mod:`.clients`: boto3 is not imported); a test may pass a
+``boto3.Session`` of its own. The EventBridge client is made on first use: the chat function
+publishes only when a run is cancelled.
 """
 
 from __future__ import annotations
@@ -25,16 +28,19 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.config import Config
 
 from ..errors import FatalError
 from .chunklog import DynamoChunkLog
+from .clients import LazyClient, make_client
 from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher
 from .stepfunctions import StepFunctionsOrchestrator
+
+if TYPE_CHECKING:
+    import boto3
 
 __all__ = ["CLIENT_CONFIG", "AwsConfigError", "AwsRuntime", "build_runtime", "client_for"]
 
@@ -73,15 +79,15 @@ class AwsRuntime:
 
 
 def client_for(service: str, *, session: boto3.Session | None = None, region: str | None = None) -> Any:
-    """A boto3 client for ``service`` with :data:`CLIENT_CONFIG`, created once per session and region."""
+    """A client for ``service`` with :data:`CLIENT_CONFIG`, created once per session and region
+    (without ``session``: from the shared botocore session of :mod:`.clients`)."""
     key = (id(session) if session is not None else 0, service, region)
     with _clients_lock:
         cached = _clients.get(key)
         # The session is kept with its client so that its id cannot be reused by another session.
         if cached is not None and cached[1] is session:
             return cached[0]
-        maker = session if session is not None else boto3
-        client = maker.client(service, region_name=region, config=CLIENT_CONFIG)
+        client = make_client(service, CLIENT_CONFIG, region=region, session=session)
         _clients[key] = (client, session)
         return client
 
@@ -116,7 +122,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         store=store,
         log=DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=log_ttl),
         orchestrator=orchestrator,
-        events=EventPublisher(bus, client=client("events")) if bus else None,
+        events=EventPublisher(bus, client=LazyClient(lambda: client("events"))) if bus else None,
     )
 
 
