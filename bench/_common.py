@@ -3,6 +3,8 @@
 * :func:`serve`: the ASGI app under uvicorn on a loopback port, in a background thread;
 * :class:`MotoAws`: the deployed adapters' DynamoDB table and S3 bucket under moto, with
   :class:`RequestMeter` counting requests, bytes and DynamoDB capacity units by operation;
+* :class:`MotoEndpoint`: that moto over real HTTP on loopback, for another process
+  (``AWS_ENDPOINT_URL``);
 * :data:`PRICES`: the AWS list prices the cost figures use;
 * small formatting and statistics helpers.
 """
@@ -155,6 +157,7 @@ class Request:
     ms: float = 0.0  # from before-send to after-call (moto's time plus the client's parsing)
     label: str = ""  # what the meter's ``label`` callable said when the request was sent
     attrs: frozenset[str] = frozenset()  # DynamoDB PutItem: the names of the attributes it writes
+    written: int = 0  # DynamoDB: bytes of the items as written (DynamoDB's item sizes, after the write)
 
 
 class RequestMeter:
@@ -250,11 +253,16 @@ class RequestMeter:
         if service == "s3":
             entry.item = request.url.split("?", 1)[0]  # which object (segment or state)
         if service == "dynamodb" and op == "TransactWriteItems":
-            # Two write units per KB of each item written (transactions cost double); creating a
+            # Two write units per KB of each item written (transactions cost double), each item
+            # billed at the larger of its sizes before and after (as for UpdateItem); creating a
             # run puts its record and its empty chunk log in one transaction.
             payload = json.loads(body) if body else {}
-            puts = [entry["Put"]["Item"] for entry in payload.get("TransactItems", []) if "Put" in entry]
-            entry.wru = float(sum(2 * max(1, math.ceil(len(json.dumps(item)) / 1024)) for item in puts))
+            writes = [next(iter(e.values())) for e in payload.get("TransactItems", [])]
+            keys = [(w["TableName"], w.get("Key") or {k: w["Item"][k] for k in ("pk", "sk") if k in w["Item"]})
+                    for w in writes]  # fmt: skip
+            request.context["bench"] = (entry, {"Transact": keys}, [_size_of(t, k) for t, k in keys])
+        if service == "dynamodb" and op == "Query":
+            request.context["bench"] = (entry, {"Query": json.loads(body) if body else {}}, 0)
         if service == "dynamodb" and op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
             payload = json.loads(body) if body else {}
             key = payload.get("Key") or payload.get("Item") or {}
@@ -271,16 +279,23 @@ class RequestMeter:
         entry, payload, before = context.get("bench", (None, None, 0))
         if entry is None:
             return
-        if entry.op == "Query" and isinstance(parsed, dict):
-            size = sum(ddb_item_size(item) for item in parsed.get("Items", ()))
-            entry.rru = float(max(1, math.ceil(size / 4096)))  # the chunk log reads strongly consistent
         entry.ms = (time.monotonic() - entry.at) * 1000
         length = http_response.headers.get("content-length")
         if length is not None:
             entry.received = int(length)
         elif not model.has_streaming_output:
             entry.received = len(http_response.content or b"")
-        if payload is None:
+        if payload is None or http_response.status_code >= 300:
+            return
+        if "Transact" in payload:
+            after = [_size_of(table, key) for table, key in payload["Transact"]]
+            entry.wru = float(sum(2 * max(1, math.ceil(max(b, a) / 1024)) for b, a in zip(before, after, strict=True)))
+            entry.written = sum(after)
+            return
+        if "Query" in payload:  # the sizes of the items read, summed, then rounded up to 4 KB units
+            size = sum(ddb_item_size(item) for item in (parsed or {}).get("Items", []))
+            units = max(1, math.ceil(size / 4096))
+            entry.rru = float(units) if payload["Query"].get("ConsistentRead") else units / 2
             return
         after = _item_size(payload)
         if entry.op == "GetItem":
@@ -288,6 +303,7 @@ class RequestMeter:
             entry.rru = float(units) if payload.get("ConsistentRead") else units / 2
         else:
             entry.wru = float(max(1, math.ceil(max(before, after) / 1024)))
+            entry.written = after
 
 
 def item_kind(request: Request) -> str:
@@ -330,15 +346,20 @@ def _value_size(value: dict[str, Any]) -> int:
 
 def _item_size(payload: dict[str, Any]) -> int:
     """The size of the item a DynamoDB request names, as moto holds it now (0 if absent)."""
-    from moto.dynamodb.models import dynamodb_backends
-
     key = payload.get("Key")
     if key is None and "Item" in payload:
         key = {k: payload["Item"][k] for k in ("pk", "sk") if k in payload["Item"]}
     if not key:
         return 0
+    return _size_of(payload["TableName"], key)
+
+
+def _size_of(table: str, key: dict[str, Any]) -> int:
+    """The size of the item at ``key``, as moto holds it now (0 if absent)."""
+    from moto.dynamodb.models import dynamodb_backends
+
     try:
-        item = dynamodb_backends[ACCOUNT][REGION].get_item(payload["TableName"], key)
+        item = dynamodb_backends[ACCOUNT][REGION].get_item(table, key)
     except Exception:
         return 0
     return int(item.size()) if item is not None else 0
@@ -510,3 +531,67 @@ def user_turn(text: str = "Go.") -> list[Any]:
     from durable_harness.messages import TextPart, UserMessage
 
     return [UserMessage(content=[TextPart(text=text)])]
+
+
+class MotoEndpoint:
+    """The moto of this process (inside ``mock_aws``) over HTTP on loopback, for another process.
+
+    A process whose ``AWS_ENDPOINT_URL`` is :attr:`url` sends every AWS request here, over real
+    HTTP with its own botocore; each is handed to moto's request dispatcher with the host moto
+    routes on (``<service>.<region>.amazonaws.com``, the service read from the request's SigV4
+    credential scope; S3 requests are path-style on an IP endpoint), and moto's answer sent back.
+    """
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from botocore.awsrequest import AWSPreparedRequest
+        from botocore.compat import HTTPHeaders
+        from moto.core.models import botocore_stubber
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def handle_one_request(self) -> None:
+                self.raw_requestline = self.rfile.readline(65537)
+                if not self.raw_requestline or not self.parse_request():
+                    self.close_connection = True
+                    return
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                scope = (self.headers.get("authorization") or "").split("Credential=")[-1].split("/")
+                service, region = (scope[3], scope[2]) if len(scope) > 3 else ("s3", REGION)
+                host = f"{service}.{region}.amazonaws.com"
+                headers = HTTPHeaders()
+                for name, value in self.headers.items():
+                    headers[name] = host if name.lower() == "host" else value
+                request = AWSPreparedRequest(self.command, f"https://{host}{self.path}", headers, body, False)
+                answer = botocore_stubber.process_request(request)
+                status, out_headers, out = answer if answer is not None else (502, {}, b"not routed by moto")
+                data = out.encode() if isinstance(out, str) else bytes(out or b"")
+                self.send_response(int(status))
+                for name, value in (out_headers or {}).items():
+                    if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                        self.send_header(name, str(value))
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                self.wfile.flush()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        """The endpoint URL (for ``AWS_ENDPOINT_URL``)."""
+
+    def __enter__(self) -> MotoEndpoint:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+

@@ -1,18 +1,19 @@
-"""Checkpoint growth: bytes and writes per checkpoint over a 50-step run.
+"""Checkpoint growth: writes, bytes and write units per step as a tool-calling run gets long.
 
-A scripted model runs a 50-step turn in which every step streams a short text and calls a tool
+A scripted model runs an N-step turn in which every step streams a short text and calls a tool
 (``lookup``, whose result is about ``--result-bytes`` of JSON); the turn ends at the step limit.
-Checkpoints go to ``DynamoCheckpointStore`` under moto (the deployed store, real boto3 client), so
-the DynamoDB write units are what DynamoDB would bill (``ceil(item size / 1 KB)`` per write);
-the chunk log is an in-memory one (not measured here).
+Checkpoints go to ``DynamoCheckpointStore`` under moto (the deployed store, real boto3 client) and
+every DynamoDB request it makes is metered: the bytes of the items it writes (DynamoDB's item
+sizes, after the write), the write units DynamoDB bills (two per KB of each item in a transaction),
+and the reads (the per-step fence check, the slice's load). The chunk log is an in-memory one (not
+measured here).
 
-Printed: per step, the checkpoint writes, the bytes written (state JSON), the item size at the end
-of the step, its WRU, and the new conversation content of that step; the growth slope (bytes of
-checkpoint per step, least squares) against the new content per step; the cumulative totals; and
-what the last checkpoint is made of. Then the issue's checkpoint targets (bench/_targets.py), the
-bytes one from a second, ``--target-steps``-step run.
+Three runs, side by side: ``--steps`` steps in one slice, the same sliced at every step (each slice
+claims the run: the "one more write per slice boundary"), and ``--target-steps`` steps in one
+slice. Printed: per step (every ``--every``-th), the checkpoint requests and bytes; the totals; what
+the final state is made of; then the issue's checkpoint targets (bench/_targets.py).
 
-    .venv/bin/python bench/checkpoint_growth.py [--steps 50] [--deltas 20] [--result-bytes 400] [--target-steps 200]
+    .venv/bin/python bench/checkpoint_growth.py [--steps 30] [--target-steps 200] [--deltas 20] [--result-bytes 400]
 """
 
 from __future__ import annotations
@@ -20,187 +21,210 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from _common import PRICES, MotoAws, RequestMeter, machine, scripted_tool_agent, table, user_turn, verdict
+from _common import PRICES, MotoAws, Request, RequestMeter, machine, scripted_tool_agent, table, user_turn
 from _targets import CHECKPOINT_BYTES_RATIO, report
 from durable_harness.errors import HarnessError
 from durable_harness.ports import Checkpoint, CheckpointStore
 from durable_harness.runner.runner import Runner
-from durable_harness.runner.state import RunState
 from durable_harness.storage.memory import MemoryChunkLog
+
+WRITES = {"PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem"}
+READS = {"GetItem", "Query"}
 
 
 @dataclass
-class Save:
-    """One checkpoint write as the runner made it."""
+class Step:
+    """What the store did for one step of the turn."""
 
-    step: int  # the step this write belongs to (0-based)
-    kind: str  # model / tool-result / step / end
-    size: int  # bytes of state JSON
-    messages: int  # bytes of turn.messages JSON
-    wru: float = 0.0
+    saves: list[str] = field(default_factory=list)  # kind of each save: model / tool-result / step / end
+    requests: list[Request] = field(default_factory=list)
+
+    @property
+    def writes(self) -> int:
+        return sum(r.op in WRITES for r in self.requests)
+
+    @property
+    def reads(self) -> int:
+        return sum(r.op in READS for r in self.requests)
+
+    @property
+    def written(self) -> int:
+        return sum(r.written for r in self.requests)
+
+    @property
+    def wru(self) -> float:
+        return sum(r.wru for r in self.requests)
 
 
 class RecordingStore:
-    """Records each save (and which step and boundary it belongs to) on the way to the real store."""
+    """Attributes every request of the real store to the step in progress (steps end at a save
+    whose state ended the step); the create belongs to step 1."""
 
     def __init__(self, inner: CheckpointStore, meter: RequestMeter) -> None:
         self.inner, self.meter = inner, meter
-        self.saves: list[Save] = []
-        self.last: dict[str, Any] = {}
+        self.steps: list[Step] = [Step()]
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        before = len(self.meter.requests)
+        try:
+            return fn(*args)
+        finally:
+            self.steps[-1].requests += self.meter.requests[before:]
 
     def create(self, checkpoint: Checkpoint) -> Checkpoint:
-        return self.inner.create(checkpoint)
+        return self._call(self.inner.create, checkpoint)
 
     def load(self, run_id: str) -> Checkpoint:
-        return self.inner.load(run_id)
+        return self._call(self.inner.load, run_id)
 
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
-        return self.inner.claim(run_id, expected_version)
+        return self._call(self.inner.claim, run_id, expected_version)
+
+    def version(self, run_id: str) -> int:
+        return self._call(self.inner.version, run_id)
 
     def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
         state = json.loads(checkpoint.state)
         turn = state.get("turn") or {}
         if checkpoint.status != "ready_for_next_step":
-            kind, step = "end", turn.get("step", 1) - 1
+            kind = "end"
         elif turn.get("phase") == "tools":
             kind = "tool-result" if turn.get("step_outcomes") else "model"
-            step = turn["step"]
         else:
-            kind, step = "step", turn["step"] - 1
-        before = len(self.meter.requests)
-        saved = self.inner.save(checkpoint, expected_version)
-        wru = sum(r.wru for r in self.meter.requests[before:])
-        messages = len(json.dumps(turn.get("messages", []), separators=(",", ":")))
-        self.saves.append(Save(step, kind, len(checkpoint.state.encode()), messages, wru))
-        self.last = state
+            kind = "step"
+        saved = self._call(self.inner.save, checkpoint, expected_version)
+        self.steps[-1].saves.append(kind)
+        if kind == "step":
+            self.steps.append(Step())
         return saved
 
 
-def slope(xs: list[float], ys: list[float]) -> float:
-    """Least-squares slope of ys over xs."""
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+@dataclass
+class Run:
+    """One measured turn."""
+
+    steps: list[Step]
+    slices: int
+    final_state: str
+    status: str
 
 
-def size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":")))
-
-
-def run_turn(steps: int, deltas: int, result_bytes: int) -> tuple[RecordingStore, RunState, Any]:
-    """One ``steps``-step tool-calling turn on the DynamoDB store under moto: its saves, end state, requests."""
+def run_turn(steps: int, deltas: int, result_bytes: int, *, sliced: bool = False) -> Run:
+    """One ``steps``-step tool-calling turn on the DynamoDB store under moto."""
     with MotoAws() as aws:
         meter = RequestMeter()
         ddb, s3 = aws.clients(meter=meter)
         store = RecordingStore(aws.store(ddb, s3), meter)
         agent = scripted_tool_agent(steps=steps, deltas=deltas, result_bytes=result_bytes, final_text=False)
         runner = Runner(agent, store, MemoryChunkLog(), flush_interval=0)
-        state = runner.create_run(user_turn())
-        final = asyncio.run(runner.run(state.run_id))
-        return store, final, meter.counts()
+        run_id = runner.create_run(user_turn()).run_id
+        state = asyncio.run(_drive(runner, run_id, sliced))
+        if not store.steps[-1].requests:
+            store.steps.pop()
+        if len(store.steps) > steps:  # the terminal save (after the last step's end) joins the last step
+            extra = store.steps.pop()
+            store.steps[-1].saves += extra.saves
+            store.steps[-1].requests += extra.requests
+        final = aws.store(ddb, s3).load(run_id).state  # a cold store: the state as loading puts it together
+        return Run(store.steps, state.slices, final, state.status)
 
 
-def report_targets(store: RecordingStore, final: RunState, steps: int, written: list[int], args: Any) -> None:
-    """The issue's checkpoint targets (bench/_targets.py): writes per step, growth, a long run's bytes."""
-    writes = len(store.saves)
-    slices = max(final.slices, 1)
-    report("checkpoint.writes_per_step", f"{writes} writes in {steps} steps and {slices} slice(s): "
-           f"{writes / steps:.2f} per step", writes <= steps + slices)  # fmt: skip
+async def _drive(runner: Runner, run_id: str, sliced: bool) -> Any:
+    while True:
+        state = await runner.run_slice(run_id, budget_seconds=0 if sliced else None)
+        if state.terminal:
+            return state
+
+
+def size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def totals(run: Run) -> tuple[int, int, int, float]:
+    """Writes, reads, item bytes written, WRU of the whole run."""
+    return (sum(s.writes for s in run.steps), sum(s.reads for s in run.steps),
+            sum(s.written for s in run.steps), sum(s.wru for s in run.steps))  # fmt: skip
+
+
+def print_run(name: str, run: Run, every: int) -> None:
+    """The per-step table and the totals of one run."""
+    n = len(run.steps)
+    rows = []
+    for i, s in enumerate(run.steps):
+        if i in (0, n - 1) or (i + 1) % every == 0:
+            ops = "+".join(r.op.replace("TransactWriteItems", "Transact").replace("Item", "") for r in s.requests)
+            rows.append([i + 1, "+".join(s.saves), s.writes, s.reads, ops, s.written, s.wru])
+    writes, reads, written, wru = totals(run)
+    final = len(run.final_state.encode())
+    print(f"\n{name}: {n} steps, {run.slices} slice(s), final status {run.status}")
+    print(table(["step", "saves", "writes", "reads", "requests", "bytes written", "WRU"], rows))
+    print(
+        f"totals: {writes} write requests ({writes / n:.2f} per step), {reads} reads; {written:,} bytes written "
+        f"for a final state of {final:,} bytes (x{written / final:.2f}); {wru:,.0f} WRU "
+        f"= ${wru * PRICES['ddb_wru_per_m'] / 1e6:.5f}"
+    )
+
+
+def report_targets(short: Run, sliced: Run, long: Run | None, long_error: str | None, steps: int, args: Any) -> None:
+    """The issue's checkpoint targets (bench/_targets.py)."""
+    for run, how in ((short, "one slice"), (sliced, "a slice per step")):
+        writes = totals(run)[0]
+        allowed = steps + run.slices + 1  # one per step, one per slice boundary (the claim), the create
+        measured = (f"{how}: {writes} writes (create, claims, saves) in {steps} steps, {run.slices} slice(s): "
+                    f"{writes / steps:.2f} per step; allowed {allowed}")  # fmt: skip
+        report("checkpoint.writes_per_step", measured, writes <= allowed)
     k = max(1, min(10, steps // 4))
-    first, last = sum(written[:k]) / k, sum(written[-k:]) / k
-    report("checkpoint.no_growth", f"bytes written per step: {first:,.0f} in the first {k} steps, {last:,.0f} in the "
-           f"last {k} (x{last / first:.2f})", last <= 1.1 * first)  # fmt: skip
-    try:
-        long_store, _, _ = run_turn(args.target_steps, args.deltas, args.result_bytes)
-    except HarnessError as exc:
-        report("checkpoint.bytes_200_steps", f"the {args.target_steps}-step run failed: {exc}", False)
-        return
-    total, end = sum(s.size for s in long_store.saves), long_store.saves[-1].size
-    report("checkpoint.bytes_200_steps", f"{args.target_steps} steps: {total:,} bytes written for a final state of "
-           f"{end:,} (x{total / end:.1f})", total <= CHECKPOINT_BYTES_RATIO * end)  # fmt: skip
+    written = [s.written for s in short.steps]
+    first, last = sum(written[1 : k + 1]) / k, sum(written[-k - 1 : -1]) / k  # the create and the end aside
+    report("checkpoint.no_growth", f"bytes written per step: {first:,.0f} in steps 2-{k + 1}, {last:,.0f} in the "
+           f"last {k} before the end (x{last / first:.2f})", last <= 1.1 * first)  # fmt: skip
+    for run, n in ((short, steps), (long, args.target_steps)):
+        if run is None:
+            report("checkpoint.bytes_200_steps", f"the {n}-step run failed: {long_error}", False)
+            continue
+        total, final = totals(run)[2], len(run.final_state.encode())
+        report("checkpoint.bytes_200_steps", f"{n} steps: {total:,} bytes written for a final state of {final:,} "
+               f"(x{total / final:.2f})", total <= CHECKPOINT_BYTES_RATIO * final)  # fmt: skip
 
 
 def main() -> None:
-    """Run the 50-step turn and print the figures."""
+    """Run the turns and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--deltas", type=int, default=20, help="text deltas per step (~5 bytes each)")
     parser.add_argument("--result-bytes", type=int, default=400, help="approximate JSON size of each tool result")
     parser.add_argument("--every", type=int, default=5, help="print every n-th step (and the first and last)")
     parser.add_argument("--target-steps", type=int, default=200, help="steps of the run the bytes target names")
     args = parser.parse_args()
 
-    store, final, counts = run_turn(args.steps, args.deltas, args.result_bytes)
-
-    steps = args.steps
-    per_step: list[list[Save]] = [[] for _ in range(steps)]
-    for s in store.saves:
-        per_step[min(s.step, steps - 1)].append(s)
-    rows, end_sizes, new_content, written = [], [], [], []
-    previous_messages = size(store.last["turn"]["messages"][:1])  # the user message
-    for i, saves in enumerate(per_step):
-        end = saves[-1]
-        new = end.messages - previous_messages
-        previous_messages = end.messages
-        end_sizes.append(end.size)
-        new_content.append(new)
-        written.append(sum(s.size for s in saves))
-        if i in (0, steps - 1) or (i + 1) % args.every == 0:
-            rows.append([i + 1, len(saves), "+".join(s.kind for s in saves), new, end.size,
-                         sum(s.size for s in saves), sum(s.wru for s in saves)])  # fmt: skip
-
-    xs = [float(i + 1) for i in range(steps)]
-    growth = slope(xs, [float(v) for v in end_sizes])
-    written_growth = slope(xs, [float(v) for v in written])
-    mean_new = sum(new_content) / steps
-    total_written = sum(s.size for s in store.saves)
-    total_wru = sum(s.wru for s in store.saves)
-    writes = len(store.saves)
-
     print(f"checkpoint_growth: {machine()}; DynamoCheckpointStore under moto")
-    print(
-        f"{steps} steps, each {args.deltas} text deltas + one tool call with a ~{args.result_bytes}-byte result; "
-        f"final status {final.status}; DynamoDB requests {dict(counts)}\n"
-    )
-    print(table(["step", "writes", "boundaries", "new content B", "checkpoint B (end)", "bytes written", "WRU"], rows))
-    print(
-        f"\ngrowth slope: {growth:,.0f} bytes of checkpoint per step for {mean_new:,.0f} bytes of new conversation "
-        f"per step (x{growth / mean_new:.2f}); bytes written per step grow by {written_growth:,.0f} per step"
-    )
-    print(
-        f"totals: {writes} checkpoint writes ({writes / steps:.2f} per step), {total_written:,} bytes written "
-        f"(x{total_written / end_sizes[-1]:.1f} the final checkpoint of {end_sizes[-1]:,} bytes), {total_wru:,.0f} WRU "
-        f"= ${total_wru * PRICES['ddb_wru_per_m'] / 1e6:.5f}; a log of the new content alone would write "
-        f"~{sum(new_content):,} bytes"
-    )
+    print(f"each step: {args.deltas} text deltas + one tool call with a ~{args.result_bytes}-byte result")
+    short = run_turn(args.steps, args.deltas, args.result_bytes)
+    print_run(f"{args.steps}-step run", short, args.every)
+    sliced = run_turn(args.steps, args.deltas, args.result_bytes, sliced=True)
+    print_run(f"{args.steps}-step run, sliced at every step", sliced, args.every)
+    long: Run | None = None
+    error = None
+    try:
+        long = run_turn(args.target_steps, args.deltas, args.result_bytes)
+        print_run(f"{args.target_steps}-step run", long, args.every * 5)
+    except HarnessError as exc:
+        error = str(exc)
 
-    last = store.last
-    parts = {f"turn.{k}": size(v) for k, v in (last.get("turn") or {}).items()}
-    parts |= {f"stream.{k}": size(v) for k, v in last.get("stream", {}).items()}
-    parts |= {k: size(v) for k, v in last.items() if k not in ("turn", "stream")}
+    state = json.loads(short.final_state)
+    parts = {f"turn.{k}": size(v) for k, v in (state.get("turn") or {}).items()}
+    parts |= {f"stream.{k}": size(v) for k, v in state.get("stream", {}).items()}
+    parts |= {k: size(v) for k, v in state.items() if k not in ("turn", "stream")}
+    whole = size(state)
     top = sorted(parts.items(), key=lambda kv: -kv[1])[:6]
-    total = size(last)
-    print("\nwhat the last checkpoint is made of:")
-    print(table(["field", "bytes", "share"], [[k, v, f"{v / total:.0%}"] for k, v in top]))
-    text_dup = sum(len(s.get("text", "")) for s in last["turn"].get("steps", []))
-    calls = last.get("stream", {}).get("translator", {}).get("tool_calls", {})
-    print(
-        f"duplicated content: turn.steps[].text repeats each step's text ({text_dup:,} bytes, also in "
-        f"turn.messages); stream.translator.tool_calls keeps all {len(calls)} tool calls of the run with "
-        f"their inputs ({size(calls):,} bytes, also in turn.messages)"
-    )
+    print(f"\nwhat the {args.steps}-step run's final state is made of:")
+    print(table(["field", "bytes", "share"], [[k, v, f"{v / whole:.0%}"] for k, v in top]))
 
     print("\ntargets:")
-    print(f"  one checkpoint write per step: {verdict(writes <= steps + 1, f'{writes / steps:.2f} per step')}")
-    linear = written_growth < 0.2 * mean_new
-    why = (
-        f"each write rewrites the whole history: bytes per write grow by {growth:,.0f} per step, "
-        f"bytes per step by {written_growth:,.0f} per step (quadratic in total)"
-    )
-    print(f"  bytes written per step linear in new content: {verdict(linear, why)}")
-    report_targets(store, final, steps, written, args)
+    report_targets(short, sliced, long, error, args.steps, args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Cold start: import time of each function, python3.12, from the ``sam build`` output; the layer's size.
+"""Cold start: import time of each function, python3.12, from the ``sam build`` output; the chat
+function's first request; the layer's size.
 
 What is measured is what Lambda runs: ``.aws-sam/build`` (``make deploy-checks`` builds it), the
 functions' code from ``.aws-sam/build/<Function>`` and the layer from
@@ -12,15 +13,23 @@ functions' code from ``.aws-sam/build/<Function>`` and the layer from
 * Each function is imported in fresh processes (``-S``: no site-packages, ``sys.path`` = the
   function's directory, then the layer) with the environment the template gives it (parameters
   at their defaults, resources with dummy names, ``AWS_ENDPOINT_URL`` on a closed port) plus the
-  variables Lambda sets. The chat function's start script runs ``python -m uvicorn app:app``; its
-  import is ``uvicorn.main`` plus ``uvicorn.Config(...).load()`` (the app, the protocol and the
-  lifespan classes), everything before the server binds its port.
+  variables Lambda sets. The chat function's start script runs ``python -m serve``; its import is
+  ``serve.load()``: the app (and its AWS clients) and the HTTP server, everything before the
+  server binds its port. (A build from before ``serve.py`` ran ``python -m uvicorn app:app``:
+  there it is ``uvicorn.main`` plus ``uvicorn.Config(...).load()``.)
 * Measured inside each process: the import, as CPU time and wall time, and for the other functions
-  the first invocation's setup (``_runtime()``: boto3 clients and the agent), which a cold start
-  pays too; how many modules were loaded, and how many of them had no ``.pyc`` (compiled at import).
-  The verdict uses the median CPU time of the import: on this shared machine the wall time adds
-  whatever else runs (several times the CPU time at a load average of 5 on 2 cores), while on
-  Lambda the function has its CPU share to itself. Both are printed.
+  the CPU time of the first invocation's setup (``_runtime()``: AWS clients and the agent), which a
+  cold start pays too; how many modules were loaded, and how many of them had no ``.pyc`` (compiled
+  at import). The verdict uses the median CPU time of the import: on this shared machine the wall
+  time adds whatever else runs (several times the CPU time at a load average of 5 on 2 cores),
+  while on Lambda the function has its CPU share to itself. Both are printed.
+* The chat function's first request: in fresh processes, the import, then ``POST /api/chat``
+  handled in-process (the ASGI app called as the server calls it) against moto, which this script
+  runs and serves over HTTP on loopback (``AWS_ENDPOINT_URL``; the runs table, the chunk bucket and
+  the state machine created as deployed, ``MODEL_ID=demo``): the CPU and wall time from the call to
+  the response's start, and to its first body bytes when they come within a few seconds (a run
+  the chat function streams itself). So a cut in the import that only moved work into the first
+  request would show.
 * Also printed: slice and chat with the layer's ``.pyc`` removed (as the layer shipped before
   build_layer.py compiled it), ``-X importtime`` self time by package, and that no function opens
   a network connection at import.
@@ -28,9 +37,11 @@ functions' code from ``.aws-sam/build/<Function>`` and the layer from
 Layer size: the unzipped bytes of the built layer (the sum of its files' sizes, as Lambda counts
 them), by distribution, and zipped.
 
-    .venv/bin/python bench/cold_start.py [--runs 5] [--runs-nopyc 2] [--python PATH] [--build DIR]
+    .venv/bin/python bench/cold_start.py [--runs 5] [--runs-nopyc 2] [--runs-first 3] [--python PATH]
+                                         [--build DIR] [--baseline-build DIR]
 
-``--build`` measures another ``sam build`` output (a copy of an older build, to compare).
+``--build`` measures another ``sam build`` output; ``--baseline-build`` measures a second one side by
+side with it, interleaved (a copy of an older ``.aws-sam/build``, to compare).
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
+import json
 import os
 import platform
 import re
@@ -58,6 +70,8 @@ from _targets import CHAT_IMPORT_MS, LAYER_BYTES, SLICE_IMPORT_MS, report
 
 BUILD = REPO / ".aws-sam" / "build"
 NATIVE_CACHE = REPO / ".aws-sam" / "bench-native"
+FIRST_BODY_WAIT = 3.0
+"""Seconds the first request waits for its first body bytes after the response started."""
 FUNCTIONS = {"slice": "SliceFunction", "chat": "ChatFunction", "finalizer": "FinalizerFunction",
              "trigger": "TriggerFunction"}  # fmt: skip
 
@@ -66,28 +80,133 @@ import sys, time
 sys.path[:0] = [{fn!r}, {layer!r}]
 import socket
 attempts = []
+allowed = {allowed!r}
+connect_ = socket.socket.connect
 def connect(self, address):
+    if address in allowed:  # the first request's AWS endpoint (moto over loopback)
+        return connect_(self, address)
     attempts.append(repr(address))
     raise OSError("bench: no network at import")
 socket.socket.connect = connect
 c0, t0 = time.process_time(), time.perf_counter()
-if {chat!r}:
+if {chat!r} == "serve":  # run.sh: python -m serve
+    import serve
+    loaded = serve.load()
+    import app
+elif {chat!r} == "uvicorn":  # the start script before serve.py: python -m uvicorn app:app
     import uvicorn.main, uvicorn
     uvicorn.Config("app:app", host="127.0.0.1", port=8000, lifespan="on").load()
     import app
+    loaded = app.app
 else:
     import app
 c1, t1 = time.process_time(), time.perf_counter()
 setup = getattr(app, "_runtime", None)
 if setup is not None:
     setup()
-t2 = time.perf_counter()
+c2, t2 = time.process_time(), time.perf_counter()
 import importlib.util, os
 files = [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
 compiled = sum(1 for f in files if f.endswith(".py") and not os.path.exists(importlib.util.cache_from_source(f)))
-print("BENCH", (t1 - t0) * 1000, (t2 - t1) * 1000 if setup else -1, len(attempts), len(sys.modules), compiled,
+print("BENCH", (t1 - t0) * 1000, (c2 - c1) * 1000 if setup else -1, len(attempts), len(sys.modules), compiled,
       (c1 - c0) * 1000, flush=True)
+if {first!r}:
+    import asyncio, json
+    text = {{"type": "text", "text": "What is the weather in Paris?"}}
+    body = json.dumps({{"messages": [{{"id": "u1", "role": "user", "parts": [text]}}]}}).encode()
+    scope = {{"type": "http", "asgi": {{"version": "3.0"}}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/api/chat", "raw_path": b"/api/chat", "query_string": b"", "root_path": "",
+             "headers": [(b"authorization", b"Bearer bench"), (b"content-type", b"text/plain;charset=UTF-8")],
+             "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000)}}
+    marks = {{}}
+    async def post():
+        started, first_body, gone = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        given = []
+        async def receive():
+            if not given:
+                given.append(1)
+                return {{"type": "http.request", "body": body, "more_body": False}}
+            await gone.wait()
+            return {{"type": "http.disconnect"}}
+        async def send(message):
+            now = (time.process_time(), time.perf_counter())
+            if message["type"] == "http.response.start":
+                marks["start"], marks["status"] = now, message["status"]
+                started.set()
+            elif message.get("body") and "body" not in marks:
+                marks["body"] = now
+                first_body.set()
+        c, t = time.process_time(), time.perf_counter()
+        task = asyncio.ensure_future(loaded(scope, receive, send))
+        await asyncio.wait_for(started.wait(), 60)
+        try:
+            await asyncio.wait_for(first_body.wait(), {body_wait!r})
+        except TimeoutError:
+            pass
+        gone.set()  # the client goes: what the app does next (finish the run, hand it over) is not measured
+        task.cancel()
+        await asyncio.wait({{task}}, timeout=5)
+        return c, t
+    c, t = asyncio.run(post())
+    body_ms, body_cpu = ((marks["body"][1] - t) * 1000, (marks["body"][0] - c) * 1000) if "body" in marks else (-1, -1)
+    print("FIRST", marks["status"], (marks["start"][0] - c) * 1000, (marks["start"][1] - t) * 1000, body_ms, body_cpu,
+          flush=True)
+    os._exit(0)  # not waiting for the threads of a run that was cut short
 """
+
+
+STAGES = """
+import gc, sys, time
+sys.path[:0] = [{fn!r}, {layer!r}]
+gc.disable()  # as serve.load() does
+marks = [time.process_time()]
+def stage():
+    marks.append(time.process_time())
+import asyncio
+stage()
+import pydantic, pydantic.main
+stage()
+import botocore.session, botocore.client, botocore.config
+stage()
+import durable_harness, durable_harness.cli, durable_harness.server.app, durable_harness.server.service
+stage()
+import durable_harness.aws.runtime
+stage()
+import my_agent
+stage()
+import app
+stage()
+import h11, durable_harness.server.httpd
+stage()
+print("STAGES", *[(b - a) * 1000 for a, b in zip(marks, marks[1:])], flush=True)
+"""
+STAGE_NAMES = (
+    "asyncio (and the stdlib it imports)",
+    "pydantic",
+    "botocore (and urllib3)",
+    "durable_harness: the agent, messages, protocol, runner, server (their pydantic models)",
+    "durable_harness.aws: the adapters",
+    "the agent file (my_agent)",
+    "app.py: build_app() (the AWS clients, the agent, the service)",
+    "the HTTP server (h11, httpd)",
+)
+"""The chat function's load, cut into stages imported in this order (each stage's CPU is what it
+adds to the ones before)."""
+
+
+def chat_stages(py: str, build: Path, layer: Path, runs: int) -> list[float]:
+    """Median CPU ms of each of :data:`STAGE_NAMES`, in fresh processes."""
+    fn_dir = build / FUNCTIONS["chat"]
+    samples = []
+    for _ in range(runs):
+        code = STAGES.format(fn=str(fn_dir), layer=str(layer))
+        done = subprocess.run([py, "-S", "-B", "-c", code], env=function_env("chat", build), capture_output=True,
+                              text=True, cwd=fn_dir)  # fmt: skip
+        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("STAGES ")), None)
+        if done.returncode != 0 or line is None:
+            raise RuntimeError(f"the chat's stages failed:\n{done.stdout}\n{done.stderr[-3000:]}")
+        samples.append([float(x) for x in line.split()[1:]])
+    return [statistics.median(column) for column in zip(*samples, strict=True)]
 
 
 def find_python312(given: str | None) -> str:
@@ -200,20 +319,42 @@ def make_writable(root: Path) -> None:
 # --- imports --------------------------------------------------------------------------------------
 
 
-def run_import(py: str, name: str, build: Path, layer: Path, *, importtime: bool = False) -> dict[str, Any]:
-    """One fresh interpreter importing one function; its timings."""
+def chat_launcher(fn_dir: Path) -> str:
+    """How the chat function's start script loads the app: ``serve`` (serve.py) or, in older builds, ``uvicorn``."""
+    return "serve" if (fn_dir / "serve.py").exists() else "uvicorn"
+
+
+def run_import(py: str, name: str, build: Path, layer: Path, *, importtime: bool = False,
+               endpoint: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """One fresh interpreter importing one function; its timings. With ``endpoint`` (the chat only),
+    it then handles its first POST /api/chat in-process, against that AWS endpoint."""
     fn_dir = build / FUNCTIONS[name]
-    code = DRIVER.format(fn=str(fn_dir), layer=str(layer), chat=name == "chat")
+    env = function_env(name, build)
+    allowed: list[tuple[str, int]] = []
+    if endpoint is not None:
+        host, port = endpoint.removeprefix("http://").split(":")
+        env["AWS_ENDPOINT_URL"], allowed = endpoint, [(host, int(port))]
+        env["MODEL_ID"] = "demo"  # a turn the chat function runs itself needs no model provider
+    code = DRIVER.format(fn=str(fn_dir), layer=str(layer), chat=chat_launcher(fn_dir) if name == "chat" else "",
+                         allowed=allowed, first=endpoint is not None, body_wait=FIRST_BODY_WAIT)  # fmt: skip
     args = [py, "-S", "-B", *(["-X", "importtime"] if importtime else []), "-c", code]
     t0 = time.perf_counter()
-    done = subprocess.run(args, env=function_env(name, build), capture_output=True, text=True, cwd=fn_dir)
+    done = subprocess.run(args, env=env, capture_output=True, text=True, cwd=fn_dir)
     wall = (time.perf_counter() - t0) * 1000
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("BENCH ")), None)
     if done.returncode != 0 or line is None:
         raise RuntimeError(f"importing {name} failed:\n{done.stdout}\n{done.stderr[-3000:]}")
     _, ms, setup, attempts, modules, compiled, cpu = line.split()
-    return {"import": float(ms), "cpu": float(cpu), "setup": float(setup), "wall": wall, "attempts": int(attempts),
-            "modules": int(modules), "compiled": int(compiled), "stderr": done.stderr}  # fmt: skip
+    result = {"import": float(ms), "cpu": float(cpu), "setup": float(setup), "wall": wall, "attempts": int(attempts),
+              "modules": int(modules), "compiled": int(compiled), "stderr": done.stderr}  # fmt: skip
+    first = next((ln for ln in done.stdout.splitlines() if ln.startswith("FIRST ")), None)
+    if endpoint is not None:
+        if first is None:
+            raise RuntimeError(f"the first request of {name} failed:\n{done.stdout}\n{done.stderr[-3000:]}")
+        _, status, post_cpu, post_ms, body_ms, body_cpu = first.split()
+        result |= {"status": int(status), "post_cpu": float(post_cpu), "post_ms": float(post_ms),
+                   "body_ms": float(body_ms), "body_cpu": float(body_cpu)}  # fmt: skip
+    return result
 
 
 def importtime_by_package(stderr: str) -> list[tuple[str, float]]:
@@ -228,20 +369,60 @@ def importtime_by_package(stderr: str) -> list[tuple[str, float]]:
     return groups.most_common()
 
 
-def measure(py: str, build: Path, layer: Path, runs: int, names: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """Median (and min) figures of ``runs`` imports of each function, interleaved."""
-    samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def summary(got: list[dict[str, Any]]) -> dict[str, float]:
+    """Median (and min) figures of several runs of one function."""
+    return {"import": statistics.median(s["import"] for s in got), "min": min(s["import"] for s in got),
+            "cpu": statistics.median(s["cpu"] for s in got), "cpu_min": min(s["cpu"] for s in got),
+            "setup": statistics.median(s["setup"] for s in got), "wall": statistics.median(s["wall"] for s in got),
+            "attempts": max(s["attempts"] for s in got), "modules": got[0]["modules"],
+            "compiled": got[0]["compiled"]}  # fmt: skip
+
+
+def measure(py: str, builds: dict[str, tuple[Path, Path]], runs: int, names: tuple[str, ...]
+            ) -> dict[str, dict[str, dict[str, float]]]:  # fmt: skip
+    """Median (and min) figures of ``runs`` imports of each function of each build (label to
+    ``(build, layer copy)``), interleaved: build -> function -> figures."""
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for _ in range(runs):
-        for name in names:
-            samples[name].append(run_import(py, name, build, layer))
-    return {
-        name: {"import": statistics.median(s["import"] for s in got), "min": min(s["import"] for s in got),
-               "cpu": statistics.median(s["cpu"] for s in got),
-               "setup": statistics.median(s["setup"] for s in got), "wall": statistics.median(s["wall"] for s in got),
-               "attempts": max(s["attempts"] for s in got), "modules": got[0]["modules"],
-               "compiled": got[0]["compiled"]}
-        for name, got in samples.items()
-    }  # fmt: skip
+        for label, (build, layer) in builds.items():
+            for name in names:
+                samples[label, name].append(run_import(py, name, build, layer))
+    out: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for (label, name), got in samples.items():
+        out[label][name] = summary(got)
+    return out
+
+
+def measure_first(py: str, builds: dict[str, tuple[Path, Path]], runs: int) -> dict[str, dict[str, float]]:
+    """The chat function's cold start through its first request, for each build (interleaved): the
+    import, then POST /api/chat handled in-process against moto over loopback (the runs table, the
+    chunk bucket and the state machine created as deployed; the run's execution is started, not run)."""
+    from _common import MotoAws, MotoEndpoint
+
+    samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    with MotoAws() as aws, MotoEndpoint() as endpoint:
+        import boto3
+
+        env = function_env("chat", next(iter(builds.values()))[0])
+        name = env["STATE_MACHINE_ARN"].rsplit(":", 1)[1]
+        definition = {"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}
+        boto3.client("stepfunctions", region_name="us-east-1").create_state_machine(
+            name=name, definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/bench")
+        for _ in range(runs):
+            for label, (build, layer) in builds.items():
+                samples[label].append(run_import(py, "chat", build, layer, endpoint=endpoint.url))
+        del aws
+    out = {}
+    for label, got in samples.items():
+        out[label] = summary(got) | {
+            "status": got[0]["status"],
+            "post_cpu": statistics.median(s["post_cpu"] for s in got),
+            "post_ms": statistics.median(s["post_ms"] for s in got),
+            "total_cpu": statistics.median(s["cpu"] + s["post_cpu"] for s in got),
+            "body_ms": statistics.median(s["body_ms"] for s in got) if all(s["body_ms"] >= 0 for s in got) else -1,
+            "body_cpu": statistics.median(s["body_cpu"] for s in got) if all(s["body_ms"] >= 0 for s in got) else -1,
+        }
+    return out
 
 
 # --- size -----------------------------------------------------------------------------------------
@@ -280,26 +461,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="imports per function, layer as built (median)")
     parser.add_argument("--runs-nopyc", type=int, default=2, help="imports of slice and chat, .pyc removed (median)")
+    parser.add_argument("--runs-first", type=int, default=3, help="chat imports followed by a first POST (median)")
     parser.add_argument("--python", help="the python3.12 interpreter (default: found as the Makefile does)")
     parser.add_argument("--build", type=Path, default=BUILD, help="the sam build folder (default .aws-sam/build)")
+    parser.add_argument("--baseline-build", type=Path, help="another sam build folder, measured side by side")
     args = parser.parse_args()
     build = args.build.resolve()
-    if not (layer_of(build).is_dir() and (build / "template.yaml").exists()):
-        sys.exit(f"cold_start: no sam build output in {build}: run `make deploy-checks` (sam build) first")
+    baseline = args.baseline_build.resolve() if args.baseline_build else None
+    for b in (build, baseline):
+        if b is not None and not (layer_of(b).is_dir() and (b / "template.yaml").exists()):
+            sys.exit(f"cold_start: no sam build output in {b}: run `make deploy-checks` (sam build) first")
     py = find_python312(args.python)
 
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
-        built, nopyc = Path(tmp) / "opt-python", Path(tmp) / "opt-python-nopyc"
+        built, nopyc, old = Path(tmp) / "opt-python", Path(tmp) / "opt-python-nopyc", Path(tmp) / "opt-baseline"
         swapped = layer_copy(build, built, py)
         layer_copy(build, nopyc, py, keep_pyc=False)
+        builds = {"this build": (build, built)}
+        if baseline is not None:
+            layer_copy(baseline, old, py)
+            builds = {"baseline": (baseline, old), **builds}
         try:
-            figures = measure(py, build, built, args.runs, tuple(FUNCTIONS))
-            figures_nopyc = measure(py, build, nopyc, args.runs_nopyc, ("slice", "chat")) if args.runs_nopyc else {}
+            measured = measure(py, builds, args.runs, tuple(FUNCTIONS))
+            figures = measured["this build"]
+            figures_nopyc = (measure(py, {"nopyc": (build, nopyc)}, args.runs_nopyc, ("slice", "chat"))["nopyc"]
+                             if args.runs_nopyc else {})  # fmt: skip
+            first = measure_first(py, builds, args.runs_first) if args.runs_first else {}
+            stages = chat_stages(py, build, built, args.runs)
             profiles = {n: importtime_by_package(run_import(py, n, build, built, importtime=True)["stderr"])
                         for n in ("slice", "chat")}  # fmt: skip
         finally:
-            make_writable(built)
-            make_writable(nopyc)
+            for layer in (built, nopyc, old):
+                if layer.exists():
+                    make_writable(layer)
 
     print(f"cold_start: {machine()}")
     print(f"interpreter {py}; layer {layer_of(build)} with this machine's build of: {', '.join(swapped)}\n")
@@ -310,12 +504,38 @@ def main() -> None:
         f, n = figures[name], figures_nopyc.get(name, {})
         rows.append([name, f["cpu"], f["import"], f["min"], f["setup"] if f["setup"] >= 0 else "-", f["wall"],
                      f"{f['modules']} ({f['compiled']})", n.get("cpu", "-"), n.get("import", "-")])  # fmt: skip
-    print(table(["function", "import CPU ms p50", "import ms p50", "import ms min", "first-call setup ms",
+    print(table(["function", "import CPU ms p50", "import ms p50", "import ms min", "first-call setup CPU ms",
                  "process ms (incl. start-up)", "modules (compiled at import)", "no .pyc: CPU ms", "no .pyc: ms"],
                 rows))  # fmt: skip
-    print("\n(first-call setup: the handler's _runtime(), boto3 clients and the agent, paid by the first invocation; "
-          "the chat app makes its clients at import)")  # fmt: skip
+    print("\n(first-call setup: the handler's _runtime(), AWS clients and the agent, paid by the first invocation; "
+          f"the chat app makes its clients at import; the chat is loaded as its start script does: "
+          f"{chat_launcher(build / FUNCTIONS['chat'])})")  # fmt: skip
     print(f"network connections attempted at import: { ({n: f['attempts'] for n, f in figures.items()}) }")
+    if baseline is not None:
+        print(f"\nside by side, interleaved (baseline: {baseline}, chat loaded by "
+              f"{chat_launcher(baseline / FUNCTIONS['chat'])}):\n")  # fmt: skip
+        rows = [[name, *(f"{measured[label][name]['cpu']:.0f} (min {measured[label][name]['cpu_min']:.0f})"
+                         for label in builds),
+                 *(measured[label][name]["setup"] if measured[label][name]["setup"] >= 0 else "-" for label in builds),
+                 *(measured[label][name]["modules"] for label in builds)]
+                for name in FUNCTIONS]  # fmt: skip
+        print(table(["function", *(f"{label}: import CPU ms p50" for label in builds),
+                     *(f"{label}: first-call setup CPU ms" for label in builds),
+                     *(f"{label}: modules" for label in builds)], rows))  # fmt: skip
+    if first:
+        print(f"\nchat: cold start through the first request, median of {args.runs_first} fresh processes: the import, "
+              "then POST /api/chat handled in-process against moto over loopback (real HTTP, the process's own "
+              "botocore); the POST's figures run from the app's call to its response's start (the run record "
+              "written, its execution started):\n")  # fmt: skip
+        none = f"none in {FIRST_BODY_WAIT:.0f} s"
+        rows = [[label, f["cpu"], f["post_cpu"], f["post_ms"], f["total_cpu"], f["status"],
+                 f["body_cpu"] if f["body_ms"] >= 0 else none, f["body_ms"] if f["body_ms"] >= 0 else none]
+                for label, f in first.items()]  # fmt: skip
+        print(table(["build", "import CPU ms", "first POST CPU ms", "first POST ms", "import + POST CPU ms", "status",
+                     "to first body bytes: CPU ms", "ms"], rows))  # fmt: skip
+    print(f"\nchat: where its load goes, stage by stage (garbage collector off, as serve.load() runs it; median "
+          f"CPU ms of {args.runs} fresh processes):\n")  # fmt: skip
+    print(table(["stage", "CPU ms"], [*zip(STAGE_NAMES, stages, strict=True), ["total", sum(stages)]]))
     for name, profile in profiles.items():
         print(f"\n{name}: -X importtime self time by package, ms (layer as built):")
         print(table(["package", "ms"], [[k, v] for k, v in profile[:10]]))
@@ -337,11 +557,13 @@ def main() -> None:
     print("\ntargets:")
     for target, name, limit, what in (
         ("cold_import.slice", "slice", SLICE_IMPORT_MS, "the handler module"),
-        ("cold_import.chat", "chat", CHAT_IMPORT_MS, "uvicorn + the app + its clients"),
+        ("cold_import.chat", "chat", CHAT_IMPORT_MS, "the start script's load: the app, its clients, its server"),
     ):
         f = figures[name]
         detail = (f"{f['cpu']:.0f} ms CPU p50 ({what}); wall {f['import']:.0f} ms p50, {f['min']:.0f} ms min"
-                  + (f"; then {f['setup']:.0f} ms first-call setup" if f["setup"] >= 0 else ""))  # fmt: skip
+                  + (f"; then {f['setup']:.0f} ms CPU of first-call setup" if f["setup"] >= 0 else ""))  # fmt: skip
+        if name == "chat" and "this build" in first:
+            detail += f"; then {first['this build']['post_cpu']:.0f} ms CPU to answer the first POST"
         report(target, detail, f["cpu"] <= limit)
     report("layer.size", f"{total / 1e6:.1f} MB ({total:,} bytes)", total <= LAYER_BYTES)
 

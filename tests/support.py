@@ -1,4 +1,5 @@
-"""Shared test helpers: a real uvicorn server on loopback, crash injection, SSE reading."""
+"""Shared test helpers: a real server on loopback (uvicorn, or the chat function's httpd), crash injection,
+SSE reading."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,11 +23,18 @@ class SimulatedCrash(BaseException):
 
 
 class CrashingLog:
-    """A chunk log that crashes on the ``crash_on``-th append (1-based), before or after writing it."""
+    """A chunk log that crashes on the ``crash_on``-th append (1-based), or on the first append that
+    holds chunk index ``crash_at_chunk``, before or after writing it.
 
-    def __init__(self, inner: ChunkLog, crash_on: int, *, after_write: bool = False) -> None:
+    Which chunks one append holds depends on timing (group commit); chunk indexes do not.
+    """
+
+    def __init__(
+        self, inner: ChunkLog, crash_on: int = 0, *, after_write: bool = False, crash_at_chunk: int | None = None
+    ) -> None:
         self.inner = inner
         self.crash_on = crash_on
+        self.crash_at_chunk = crash_at_chunk
         self.after_write = after_write
         self.appends = 0
 
@@ -35,10 +43,14 @@ class CrashingLog:
 
     def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
         self.appends += 1
-        if self.appends == self.crash_on and not self.after_write:
+        at = self.crash_at_chunk
+        crash = self.appends == self.crash_on or (at is not None and start <= at < start + len(chunks))
+        if crash:
+            self.crash_on, self.crash_at_chunk = 0, None  # once
+        if crash and not self.after_write:
             raise SimulatedCrash(f"crash before append {self.appends}")
         count = self.inner.append(run_id, start, chunks, epoch)
-        if self.appends == self.crash_on:
+        if crash:
             raise SimulatedCrash(f"crash after append {self.appends}")
         return count
 
@@ -50,11 +62,15 @@ class CrashingLog:
 
 
 class CrashingStore:
-    """A checkpoint store that crashes on the ``crash_on``-th ``save`` (1-based), before writing it."""
+    """A checkpoint store that crashes, before writing it, on the ``crash_on``-th ``save`` (1-based),
+    or on the first save of a record for which ``crash_when`` is true."""
 
-    def __init__(self, inner: CheckpointStore, crash_on: int) -> None:
+    def __init__(
+        self, inner: CheckpointStore, crash_on: int = 0, crash_when: Callable[[Checkpoint], bool] | None = None
+    ) -> None:
         self.inner = inner
         self.crash_on = crash_on
+        self.crash_when = crash_when
         self.saves = 0
 
     def create(self, checkpoint: Checkpoint) -> Checkpoint:
@@ -66,9 +82,13 @@ class CrashingStore:
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         return self.inner.claim(run_id, expected_version)
 
+    def version(self, run_id: str) -> int:
+        return self.inner.version(run_id)
+
     def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
         self.saves += 1
-        if self.saves == self.crash_on:
+        if self.saves == self.crash_on or (self.crash_when is not None and self.crash_when(checkpoint)):
+            self.crash_when = None
             raise SimulatedCrash(f"crash before save {self.saves}")
         return self.inner.save(checkpoint, expected_version)
 
@@ -90,23 +110,30 @@ def parse_sse_body(body: bytes) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def serve(app: ChatApp | Any, **config: Any) -> Iterator[str]:
-    """Serve an ASGI ``app`` with uvicorn on a loopback port in a background thread; yields the base
-    URL. ``config`` goes to ``uvicorn.Config`` (e.g. ``log_level``, ``access_log``)."""
+def serve(app: ChatApp | Any, *, server: str = "uvicorn", **config: Any) -> Iterator[str]:
+    """Serve an ASGI ``app`` on a loopback port in a background thread; yields the base URL.
+
+    ``server``: ``"uvicorn"`` (the local server, ``make dev``; ``config`` goes to ``uvicorn.Config``,
+    e.g. ``log_level``, ``access_log``) or ``"httpd"`` (the deployed chat function's server,
+    :mod:`durable_harness.server.httpd`; ``config`` goes to its ``serve``)."""
+    if server == "httpd":
+        with _serve_httpd(app, **config) as url:
+            yield url
+        return
     # IPPROTO_TCP explicitly: asyncio then turns Nagle off on accepted connections (~40 ms per response otherwise)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # connections queue from now on, so no waiting for the server thread is needed
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **{"log_level": "warning", **config}))
+    uvicorn_server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **{"log_level": "warning", **config}))
     loop_ready = threading.Event()
 
     def run() -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         loop_ready.set()
-        loop.run_until_complete(server.serve(sockets=[sock]))
+        loop.run_until_complete(uvicorn_server.serve(sockets=[sock]))
         loop.close()
 
     thread = threading.Thread(target=run, daemon=True)
@@ -115,9 +142,44 @@ def serve(app: ChatApp | Any, **config: Any) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
+        uvicorn_server.should_exit = True
         thread.join(15)
         sock.close()
+
+
+@contextmanager
+def _serve_httpd(app: Any, **options: Any) -> Iterator[str]:
+    from durable_harness.server import httpd
+
+    started: list[tuple[str, int]] = []
+    failed: list[BaseException] = []
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    def listening(address: tuple[str, int]) -> None:
+        started.append(address)
+        ready.set()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(httpd.serve(app, "127.0.0.1", 0, stop=stop, ready=listening, **options))
+        except BaseException as exc:  # reported by the main thread
+            failed.append(exc)
+            ready.set()
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    if not ready.wait(10) or failed:
+        raise RuntimeError("httpd did not start") from (failed[0] if failed else None)
+    try:
+        yield f"http://127.0.0.1:{started[0][1]}"
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(15)
 
 
 def user_message(text: str, message_id: str = "u1") -> dict[str, Any]:

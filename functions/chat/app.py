@@ -1,4 +1,4 @@
-"""Entry point of the chat function: the ASGI app served by uvicorn (behind the Lambda Web Adapter).
+"""Entry point of the chat function: the ASGI app (served by serve.py, behind the Lambda Web Adapter).
 
 Deployed (``RUNS_TABLE`` set by the template) it serves the AWS runtime: run records in DynamoDB,
 the chunk log in S3, runs driven by the Step Functions state machine. A chat POST runs the new
@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from durable_harness.cli import DEFAULT_AGENT, load_agent
 from durable_harness.server.app import ChatApp
 from durable_harness.server.auth import authenticator_from_env
-from durable_harness.server.local import build_local_kit
 from durable_harness.server.service import ServiceConfig
 from durable_harness.server.static import web_page_dir
 
@@ -28,6 +27,8 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
     """The chat app for this environment: the AWS runtime when ``RUNS_TABLE`` is set, else the local kit."""
     agent = load_agent(env.get("AGENT", DEFAULT_AGENT))
     if not env.get("RUNS_TABLE"):
+        from durable_harness.server.local import build_local_kit  # SQLite and files: not loaded when deployed
+
         return build_local_kit(
             agent,
             env.get("DATA_DIR", "/tmp/durable-harness"),

@@ -63,8 +63,8 @@ async def test_a_runtime_context_from_prepare_step_reaches_tools_and_survives_sl
         model=model, tools=[Tool(name="add", execute=record, input_model=Pair)], runtime_context={"user": "u1"},
         prepare_call=prepare_call, prepare_step=prepare_step,
     )  # fmt: skip
-    _, state = await run(agent, budget=0)  # a slice per boundary: the context is read back from checkpoints
-    assert state.status == "finished" and state.slices > 3
+    _, state = await run(agent, budget=0)  # a slice per step: the context is read back from checkpoints
+    assert state.status == "finished" and state.slices == 3
     assert seen == [{"user": "u1", "tenant": "t1", "step": 0}, {"user": "u1", "tenant": "t1", "step": 1}]
     assert agent.runtime_context == {"user": "u1"}  # the agent's own value is never changed
 

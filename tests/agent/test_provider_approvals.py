@@ -193,8 +193,9 @@ async def test_a_step_redone_after_a_crash_shows_the_provider_request_again() ->
     agent = Agent(model=ScriptedModel([step]), tools=[Tool(name="look", execute=lambda input: "looked")],
                   approval_secret=ApprovalSecret.from_value(SECRET))  # fmt: skip
     run_id = Runner(agent, store, log).create_run([UserMessage(content=[TextPart(text="go")])], message_id="m").run_id
-    with pytest.raises(SimulatedCrash):  # save 1: after the model call; save 2: after the tool result
-        await Runner(agent, CrashingStore(store, crash_on=2), log, flush_interval=0).run_slice(run_id)
+    crashing = CrashingStore(store, crash_when=lambda cp: _records_result(cp.state, "h1"))
+    with pytest.raises(SimulatedCrash):  # at the first checkpoint holding the tool's result
+        await Runner(agent, crashing, log, flush_interval=0).run_slice(run_id)
     state = await Runner(agent, store, log, flush_interval=0).run_slice(run_id)
     chunks = log_chunks(log, run_id)
     types = [c["type"] for c in chunks]
@@ -203,3 +204,16 @@ async def test_a_step_redone_after_a_crash_shows_the_provider_request_again() ->
     parts = {p["toolCallId"]: p for p in message_of(chunks)["parts"] if "toolCallId" in p}
     assert parts[CALL]["state"] == "approval-requested" and parts[CALL]["approval"]["id"] == APPROVAL
     assert parts[CALL]["type"] == "dynamic-tool" and parts["h1"]["state"] == "output-available"
+
+
+def _records_result(state_json: str, call_id: str) -> bool:
+    """Whether a run state holds the result of tool call ``call_id`` (step outcomes or messages)."""
+    turn = json.loads(state_json)["turn"] or {}
+    if any(o["tool_call_id"] == call_id for o in turn.get("step_outcomes", [])):
+        return True
+    return any(
+        p.get("toolCallId") == call_id and p["type"] == "tool-result"
+        for m in turn.get("messages", [])
+        if m["role"] == "tool"
+        for p in m["content"]
+    )

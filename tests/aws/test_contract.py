@@ -28,6 +28,7 @@ from tests.storage.test_storage_contract import (
     test_summary_is_the_records_status_and_owner_and_follows_saves,
     test_tail_is_the_count_and_the_last_chunks,
     test_unknown_run_raises_not_found,
+    test_version_reads_the_heads_version,
 )
 
 __all__ = [
@@ -52,4 +53,5 @@ __all__ = [
     "test_summary_is_the_records_status_and_owner_and_follows_saves",
     "test_tail_is_the_count_and_the_last_chunks",
     "test_unknown_run_raises_not_found",
+    "test_version_reads_the_heads_version",
 ]

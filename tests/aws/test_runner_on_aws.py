@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from durable_harness import Agent, tool
 from durable_harness.aws import DynamoCheckpointStore, DynamoChunkLog
 from durable_harness.demo import build_demo_agent
 from durable_harness.messages import ModelMessage, TextPart, UserMessage
+from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
 from durable_harness.runner import LocalOrchestrator, Runner
+from pydantic import BaseModel
 
-from tests.aws.conftest import new_log
+from tests.aws.conftest import BUCKET, TABLE, new_log
+from tests.aws.test_dynamodb import item_bytes, records
 from tests.support import message_of
+
+
+class Page(BaseModel):
+    page: int
+
 
 PROMPT: list[ModelMessage] = [UserMessage(content=[TextPart(text="What is the weather in Paris?")])]
 
@@ -78,3 +87,30 @@ async def test_cancel_through_the_local_orchestrator_ends_the_log_with_finish(
     count = log.count(run_id)
     await orchestrator.drive(run_id)
     assert log.count(run_id) == count
+
+
+async def test_a_run_whose_history_outgrows_a_dynamodb_item_checkpoints_every_step(
+    ddb: Any, s3: Any, log: DynamoChunkLog
+) -> None:
+    """Twelve tool steps of 40 KB results: the history (about 500 KB) is more than one DynamoDB item
+    holds (400 KB). Each step writes its own record and the head; no item holds the history, and
+    nothing needs offloading to S3 (the whole state used to be rewritten in one item every time)."""
+
+    @tool
+    def fetch(input: Page) -> str:
+        """Fetch a page."""
+        return f"page {input.page}: " + "x" * 40_000
+
+    steps = [tool_calls_step((f"c{i}", "fetch", {"page": i})) for i in range(12)]
+    agent = Agent(model=ScriptedModel([*steps, text_step("Read them all.")]), tools=[fetch])
+    store = DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET)
+    runner = Runner(agent, store, log, flush_interval=0)
+    run_id = runner.create_run(PROMPT).run_id
+    state = await runner.run(run_id)
+    assert state.status == "finished"
+    loaded = DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET).load(run_id)
+    assert len(loaded.state) > 480_000 and json.loads(loaded.state)["turn"]["step"] == 13  # 12 tool steps, 1 answer
+    found = records(ddb, run_id)
+    assert len(found) >= 12 and max(item_bytes(r) for r in found.values()) < 50_000
+    assert not s3.list_objects_v2(Bucket=BUCKET, Prefix=f"runs/{run_id}/state/").get("KeyCount")
+    assert parsed(log, run_id)[-1]["type"] == "finish"

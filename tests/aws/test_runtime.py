@@ -46,7 +46,7 @@ def test_clients_are_made_once_with_standard_retries_and_timeouts(ddb: Any, s3: 
     # Two runtimes built in one process use that very client: a fault on it reaches both stores,
     # and every failing call is tried five times before the store gives up.
     first, second = build_runtime(ENV, session=session), build_runtime(ENV, session=session)
-    fault = Fault.dynamodb(client, "GetItem", "InternalServerError", 500)
+    fault = Fault.dynamodb(client, "Query", "InternalServerError", 500)  # a load is one Query
     for runtime in (first, second):
         with pytest.raises(StorageError):
             runtime.store.load("r1")

@@ -6,8 +6,9 @@ Inside this process: ``mock_aws`` with the template "deployed" into it (:class:`
 DynamoDB, S3, the real ``statemachine/run.asl.json`` run by moto's Step Functions interpreter, the
 real slice and finalizer handlers invoked in-process), the chat function's environment exactly as
 the template gives it (token auth with the SHA-256 of ``--token``, or ``AuthMode none`` without
-one), and ``functions/chat/app.py``'s ``app`` served by uvicorn on ``127.0.0.1:P``, as the Lambda
-Web Adapter serves it in the function. The Node tests (``tests/node/test/aws.test.js``) drive it
+one), and ``functions/chat/app.py``'s ``app`` served on ``127.0.0.1:P`` by the function's own server
+(:mod:`durable_harness.server.httpd`, which ``functions/chat/serve.py`` runs behind the Lambda Web
+Adapter). The Node tests (``tests/node/test/aws.test.js``) drive it
 with the real AI SDK client.
 
 Defaults: the library's default agent (``my_agent``, ``ModelId=demo``: "What is the weather in
@@ -23,6 +24,7 @@ denied, exit status 3) and exits.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextvars
 import hashlib
 import os
@@ -72,29 +74,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agent", default="", help="template parameter Agent (empty: my_agent:build_agent)")
     parser.add_argument("--model-id", default="demo", help="template parameter ModelId")
     parser.add_argument("--slice-seconds", default="0", help="template parameter SliceSeconds")
-    parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--log-level", default="warning", help="accepted, unused: the server logs only problems")
     args = parser.parse_args(argv)
 
     _aws_environment()
     stopping: list[int] = []
 
     def on_signal(sig: int, frame: FrameType | None) -> None:
-        # Before uvicorn starts (and again after it re-raises the signal it caught): just note it.
+        # Before the server starts: just note it.
         stopping.append(sig)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    import uvicorn
+    from durable_harness.server import httpd
 
     from tests.deploy.chat import load_chat_app
     from tests.deploy.stack import ACTOR, MotoStack
 
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: Any = None) -> None:
-            await super().startup(sockets)
-            if not self.should_exit:
-                print(f"serve_stack: ready on http://{args.host}:{args.port}", flush=True)
+    async def serve(app: Any) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        def ready(address: tuple[str, int]) -> None:
+            print(f"serve_stack: ready on http://{args.host}:{args.port}", flush=True)
+
+        # Open SSE streams get 2 s, then are cut: they must not hold the shutdown.
+        await httpd.serve(app, args.host, args.port, stop=stop, ready=ready, shutdown_grace=2)
 
     stack = MotoStack(parameters(args))
     with stack.deployed():
@@ -111,18 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         if stopping:
             return 0
-        config = uvicorn.Config(
-            app,
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            lifespan="on",
-            timeout_graceful_shutdown=2,  # open SSE streams must not hold the shutdown
-        )
         # The app's AWS calls are the chat function's (recorded for the IAM check).
         context = contextvars.copy_context()
         context.run(ACTOR.set, "ChatFunction")
-        context.run(Server(config).run)
+        context.run(asyncio.run, serve(app))
         print("serve_stack: stopping", flush=True)
     try:
         stack.check_iam()

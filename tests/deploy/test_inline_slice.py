@@ -105,11 +105,15 @@ async def test_a_turn_longer_than_the_chat_functions_slice_goes_on_in_the_slice_
     assert_complete_turn(chunks)  # the POST went on following the log the slice function wrote
     assert chunks == log_of(stack, run_id)
     assert "reset-step" not in types(chunks)
+    # The chat function ran slice 1; the slice function ran every later one, each once.
     slices = stack.calls_of("SliceFunction", run_id)
-    assert [s.result["slices"] for s in slices] == [2, 3, 4]
+    total = state_of(stack, run_id).slices
+    assert total > 1
+    assert [s.result["slices"] for s in slices] == list(range(2, total + 1))
     [execution] = await executions_of(stack, run_id)
     assert execution["status"] == "SUCCEEDED", execution
-    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskSucceeded")] + [("RunSlice", "TaskSucceeded")] * 3
+    expected = [("AwaitChatSlice", "TaskSucceeded")] + [("RunSlice", "TaskSucceeded")] * (total - 1)
+    assert task_states(stack, execution) == expected
     assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
     assert dict(agents.CONTROL.model_calls) == {0: 1, 1: 1, 2: 1}
 
@@ -241,7 +245,7 @@ async def test_a_start_that_failed_is_tried_again_when_the_slice_hands_over(stac
     assert response.chunks() == log_of(stack, run_id)
     [execution] = await executions_of(stack, run_id)
     assert task_states(stack, execution)[0] == ("AwaitChatSlice", "TaskSucceeded")
-    assert len(stack.calls_of("SliceFunction", run_id)) == 3
+    assert len(stack.calls_of("SliceFunction", run_id)) == state_of(stack, run_id).slices - 1 > 0
 
 
 async def test_a_run_that_needs_more_slices_and_cannot_be_started_ends_failed(stack: MotoStack) -> None:

@@ -3,7 +3,9 @@ botocore models it keeps are all the harness needs (any other service loads from
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
+import json
 import marshal
 import os
 import re
@@ -98,7 +100,7 @@ def test_bytecode_for_another_python_is_refused(tmp_path: Path, monkeypatch: pyt
 
 def test_every_service_the_harness_calls_keeps_its_model() -> None:
     source = "\n".join(p.read_text() for p in (ROOT / "layers" / "harness" / "durable_harness").rglob("*.py"))
-    called = set(re.findall(r"\bclient(?:_for)?\(\s*\"([a-z0-9-]+)\"", source))
+    called = set(re.findall(r"\b(?:make_)?client(?:_for)?\(\s*\"([a-z0-9-]+)\"", source))
     assert called == {"dynamodb", "s3", "stepfunctions", "events", "bedrock-runtime"}
     assert "get_secret" in source  # Powertools' get_secret: Secrets Manager
     assert called | {"secretsmanager"} <= build_layer.BOTOCORE_SERVICES
@@ -116,7 +118,39 @@ def pruned_models(tmp_path: Path) -> Path:
 
     shutil.copytree(MODELS, out / "botocore" / "data", ignore=other_services)
     build_layer.prune(out)
+    build_layer.compact_models(out)
     return out / "botocore" / "data"
+
+
+def test_compacted_models_keep_every_operation_and_shape_but_no_documentation(pruned_models: Path) -> None:
+    compact, full = Loader(extra_search_paths=[str(pruned_models)], include_default_search_paths=False), Loader()
+    for service in sorted(build_layer.BOTOCORE_SERVICES):
+        ours, theirs = compact.load_service_model(service, "service-2"), full.load_service_model(service, "service-2")
+        assert ours["operations"].keys() == theirs["operations"].keys()
+        assert {name: shape.get("members", {}).keys() for name, shape in ours["shapes"].items()} == {
+            name: shape.get("members", {}).keys() for name, shape in theirs["shapes"].items()
+        }
+        assert ours == build_layer._without_documentation(theirs)
+        assert '"documentation"' not in json.dumps(ours)
+        ruleset = "endpoint-rule-set-1"
+        assert compact.load_service_model(service, ruleset) == full.load_service_model(service, ruleset)
+    assert compact.load_data("endpoints") == full.load_data("endpoints")
+    endpoints = pruned_models / "endpoints.json"
+    assert b"\n" not in endpoints.read_bytes() and endpoints.stat().st_size < (MODELS / "endpoints.json").stat().st_size
+
+
+def test_a_member_named_documentation_is_kept(tmp_path: Path) -> None:
+    model = {"documentation": "<p>The service.</p>", "shapes": {
+        "Doc": {"type": "structure", "documentation": "A shape.",
+                "members": {"documentation": {"shape": "String", "documentation": "A member named so."}}},
+        "documentation": {"type": "string"}}}  # fmt: skip
+    path = tmp_path / "botocore" / "data" / "svc" / "2020-01-01" / "service-2.json.gz"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip.compress(json.dumps(model, indent=2).encode()))
+    assert build_layer.compact_models(tmp_path) > 0
+    assert json.loads(gzip.decompress(path.read_bytes())) == {"shapes": {
+        "Doc": {"type": "structure", "members": {"documentation": {"shape": "String"}}},
+        "documentation": {"type": "string"}}}  # fmt: skip
 
 
 def test_the_runtime_makes_its_clients_from_the_kept_models_alone(

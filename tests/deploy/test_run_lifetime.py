@@ -81,7 +81,7 @@ def test_a_run_id_used_again_after_its_record_expired_is_a_new_run_with_its_own_
     assert [e["status"] for e in executions] == ["SUCCEEDED", "SUCCEEDED"]
     assert executions[0]["name"] == first["name"] != executions[1]["name"]
     state = state_of(stack, run_id)
-    assert (state.status, state.chat_id, state.slices) == ("finished", "second", 4)
+    assert (state.status, state.chat_id, state.slices) == ("finished", "second", 3)
     # Its log is its own: one whole turn, nothing of the first run's (whose log was just as long).
     second_log = log_of(stack, run_id)
     assert_complete_turn(second_log)

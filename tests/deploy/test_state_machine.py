@@ -34,12 +34,13 @@ def test_a_run_takes_several_slices_in_one_execution(stack: MotoStack) -> None:
     [execution] = stack.wait_for_executions(run_id)
     assert execution["status"] == "SUCCEEDED", execution
     slices = stack.calls_of("SliceFunction", run_id)
-    # SliceSeconds=0: one step per slice. Tool step, tool step, answer step, and the end of the turn.
-    assert [s.result["status"] for s in slices] == ["ready_for_next_step"] * 3 + ["finished"]
-    assert [s.result["slices"] for s in slices] == [1, 2, 3, 4]
-    assert [s.event["generation"] for s in slices] == [0, 0, 0, 0]
+    # SliceSeconds=0: one step per slice. Tool step, tool step, and the answer step, whose slice also
+    # ends the turn (no slice runs only to send `finish`).
+    assert [s.result["status"] for s in slices] == ["ready_for_next_step"] * 2 + ["finished"]
+    assert [s.result["slices"] for s in slices] == [1, 2, 3]
+    assert [s.event["generation"] for s in slices] == [0, 0, 0]
     state = state_of(stack, run_id)
-    assert state.status == "finished" and state.slices == 4
+    assert state.status == "finished" and state.slices == 3
     chunks = log_of(stack, run_id)
     assert_complete_turn(chunks)
     assert "reset-step" not in types(chunks)
@@ -134,10 +135,9 @@ def test_a_long_run_continues_as_new_with_the_same_run_id(stack: MotoStack) -> N
         (0, first),
         (0, first),
         (1, second),
-        (1, second),
     ]
     assert_complete_turn(log_of(stack, run_id))
-    assert state_of(stack, run_id).slices == 4
+    assert state_of(stack, run_id).slices == 3
 
 
 async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoStack) -> None:

@@ -12,8 +12,8 @@ deterministic and interesting: c2 is still running while c1's result is checkpoi
 finishes only after c4's result was checkpointed (results out of the model's order, reported in
 order). A gate opens when the checkpoint store commits a state holding the awaited result.
 
-:class:`CrashPlan` counts every checkpoint-store call (``load``, ``claim``, ``save``; ``create``
-excluded) and every chunk-log call (``open``, ``append``, ``read``, ``count``) of a run, in the
+:class:`CrashPlan` counts every checkpoint-store call (``load``, ``claim``, ``save``, ``version``;
+``create`` excluded) and every chunk-log call (``open``, ``append``, ``read``, ``count``) of a run, in the
 order they happen. Call ``i`` has two crash points: ``2*i`` (before the call) and ``2*i+1``
 (after it took effect, before its caller sees the answer).
 """
@@ -241,6 +241,9 @@ class PlannedStore:
 
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         return self.plan.around("store.claim", lambda: self.inner.claim(run_id, expected_version))
+
+    def version(self, run_id: str) -> int:
+        return self.plan.around("store.version", lambda: self.inner.version(run_id))
 
     def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
         def save() -> Checkpoint:

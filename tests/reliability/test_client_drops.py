@@ -1,14 +1,14 @@
 """Client drops: a Python client that loses its connection again and again still gets every chunk once.
 
-The real local server (uvicorn on loopback, SQLite + files, the in-process orchestrator slicing at
-every step) serves a model that streams ~200 chunks over two steps. The client reads the SSE
-stream of the POST (or of a GET), drops the connection after ``k`` chunks (``k`` seeded-random),
-and resumes with ``GET ?startIndex=<chunks received so far>``, as ``WorkflowChatTransport`` does
-(reference/ui-message-stream.md §9.3, §9.7), maybe dropping again several times. Drops happen
-on live runs (the POST itself, and GET followers that join while the run streams) and on
-finished runs (their replay). Every session must end with exactly the run's log, so the same
-message as a client that never dropped. (The real AI SDK client has its own smaller drop set in
-tests/node/test/compat.test.js.)
+The real local server (on loopback: uvicorn, and the deployed chat function's server, httpd; SQLite
+and files, the in-process orchestrator slicing at every step) serves a model that streams ~200
+chunks over two steps. The client reads the SSE stream of the POST (or of a GET), drops the
+connection after ``k`` chunks (``k`` seeded-random), and resumes with ``GET ?startIndex=<chunks
+received so far>``, as ``WorkflowChatTransport`` does (reference/ui-message-stream.md §9.3, §9.7),
+maybe dropping again several times. Drops happen on live runs (the POST itself, and GET followers
+that join while the run streams) and on finished runs (their replay). Every session must end with
+exactly the run's log, so the same message as a client that never dropped. (The real AI SDK client
+has its own smaller drop set in tests/node/test/compat.test.js.)
 """
 
 from __future__ import annotations
@@ -152,11 +152,11 @@ def plan(rng: random.Random, total: int) -> list[int]:
     return positions
 
 
-@pytest.fixture
-def base_url(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(params=["uvicorn", "httpd"])
+def base_url(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     agent = Agent(model=FunctionModel(long_steps, delay=0.001), tools=[forecast])
     kit = build_local_kit(agent, tmp_path / "data", slice_seconds=0)
-    with serve(kit.app) as url:
+    with serve(kit.app, server=request.param) as url:
         yield url
 
 

@@ -137,6 +137,13 @@ class TracedStore:
         finally:
             self.tracer.after(self.name, "claim")
 
+    def version(self, run_id: str) -> int:
+        self.tracer.before(self.name)
+        try:
+            return self.inner.version(run_id)
+        finally:
+            self.tracer.after(self.name, "version")
+
     def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
         self.tracer.before(self.name)
         try:
@@ -330,6 +337,8 @@ async def reference_message(adapters: Adapters, concurrency: int | None) -> tupl
     assert state.status == "finished"
     chunks = check_log(log, store, run_id)
     check_reference(chunks)
+    # Every kind of write the slice makes, so that holding it before each call tries them all.
+    assert {op.name for op in tracer.ops} >= {"claim", "open", "append", "save"}, tracer.ops
     return message_of(chunks), tracer.calls["A"]
 
 
@@ -370,7 +379,7 @@ async def test_a_second_slice_at_any_port_call_of_the_first_leaves_one_writer(
     summary = f"{len(cases)} of {2 * calls}, fenced off: {losers} ({time.monotonic() - began:.1f} s)"
     print(f"overlapping slices tried: {summary}")
     reliability_report("overlapping_slices_tried", summary)
-    assert calls >= 20 and len(cases) >= 2 * calls // SWEEP_STRIDE[backend_name]
+    assert len(cases) >= 2 * calls // SWEEP_STRIDE[backend_name]
     if SWEEP_STRIDE[backend_name] == 1:
         assert losers["A"] > 0 and losers["B"] > 0  # both orders happened
 

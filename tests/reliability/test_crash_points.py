@@ -52,7 +52,8 @@ STRIDE = {"memory": 1, "sqlite+files": 1, "dynamodb+s3": 3}
 SECOND_STRIDE = {"memory": 3, "sqlite+files": 13}
 """Second crashes (inside the recovering slice): every k-th pair; none on DynamoDB + S3."""
 CANCEL_STRIDE = {"memory": 1, "sqlite+files": 1, "dynamodb+s3": 5}
-FLOOR = 60  # the scenario makes 31-32 port calls, so at least 62 crash points exist per run
+KINDS = {"store.load", "store.claim", "store.save", "store.version", "log.open", "log.append"}
+"""The kinds of port call every slice makes: each gets crash points before and after it."""
 
 
 @dataclass
@@ -158,7 +159,7 @@ async def test_a_crash_at_any_port_call_of_any_slice_recovers_the_same_message(
     began = time.monotonic()
     with backend_named(backend_name, tmp_path) as backend:
         reference = await reference_trial(backend, concurrency)
-        assert reference.outcome.status == "finished" and reference.outcome.slices == 4
+        assert reference.outcome.status == "finished" and reference.outcome.slices == 3
         check_reference(reference.chunks)
         existing = 2 * len(reference.plan.calls)
         stride = STRIDE[backend_name]
@@ -166,6 +167,7 @@ async def test_a_crash_at_any_port_call_of_any_slice_recovers_the_same_message(
         points = range(offset, existing, stride)
         kinds: set[str] = set()
         pairs: list[tuple[int, int]] = []
+        pair_kinds: dict[tuple[int, int], str] = {}  # what the second point crashes (as describe says)
         for point in points:
             t = await trial(backend, concurrency, {point})
             check_trial(t, reference, f"{backend_name}: {t.plan.describe(point)}")
@@ -177,13 +179,15 @@ async def test_a_crash_at_any_port_call_of_any_slice_recovers_the_same_message(
             recovering = next(i for i, span in enumerate(t.outcome.spans) if span[0] <= point // 2 < span[1]) + 1
             start, end, _ = t.outcome.spans[recovering]
             if {"log.read", "log.count"} & set(t.plan.calls[start:end]):
-                pairs += [(point, second) for second in range(2 * start, 2 * end)]
+                for second in range(2 * start, 2 * end):
+                    pairs.append((point, second))
+                    pair_kinds[(point, second)] = t.plan.describe(second).split(" #")[0]
         tried = len(points)
         print(f"crash points tried: {tried} of {existing}")
         reliability_report("crash_points_tried", f"{tried} of {existing} ({time.monotonic() - began:.1f} s)")
-        assert existing >= FLOOR and tried >= existing // stride
+        assert set(reference.plan.calls) >= KINDS and tried >= existing // stride
         if stride == 1:  # every kind of call the slices make was crashed before and after it took effect
-            for name in ("store.load", "store.claim", "store.save", "log.open", "log.append"):
+            for name in KINDS:
                 assert {f"before {name}", f"after {name}"} <= kinds, kinds
 
         if backend_name not in SECOND_STRIDE:
@@ -191,6 +195,9 @@ async def test_a_crash_at_any_port_call_of_any_slice_recovers_the_same_message(
         began = time.monotonic()
         second_stride = SECOND_STRIDE[backend_name]
         sample = pairs[::second_stride]
+        # ... and at least one pair for each kind of call a recovering slice makes.
+        for kind in sorted(set(pair_kinds.values()) - {pair_kinds[p] for p in sample}):
+            sample.append(next(p for p in pairs if pair_kinds[p] == kind))
         kinds.clear()
         for first, second in sample:
             t = await trial(backend, concurrency, {first, second})
@@ -198,7 +205,7 @@ async def test_a_crash_at_any_port_call_of_any_slice_recovers_the_same_message(
             kinds.add(t.plan.describe(second).split(" #")[0])
     print(f"double crash points tried: {len(sample)} of {len(pairs)}")
     reliability_report("double_crash_points_tried", f"{len(sample)} of {len(pairs)} ({time.monotonic() - began:.1f} s)")
-    assert len(pairs) >= 300 and len(sample) >= len(pairs) // second_stride
+    assert pairs and len(sample) >= len(pairs) // second_stride  # recoveries that repaired something
     if backend_name == "memory":  # the repair paths' own calls were crashed too
         for kind in ("before log.read", "after log.read", "before log.count", "after log.count"):
             assert kind in kinds, kinds
@@ -228,7 +235,7 @@ async def test_a_crash_at_any_point_of_a_cancelled_run_still_ends_it_cancelled_w
             assert t.chunks[-1] == {"type": "finish", "finishReason": "other"}, context
     print(f"crash points tried (cancelled run): {len(points)} of {existing}")
     reliability_report("cancel_crash_points_tried", f"{len(points)} of {existing} ({time.monotonic() - began:.1f} s)")
-    assert existing >= 30 and len(points) >= existing // stride
+    assert set(reference.plan.calls) >= KINDS and len(points) >= existing // stride
 
 
 FINALIZER_STRIDE = {"memory": 1, "sqlite+files": 3, "dynamodb+s3": 9}

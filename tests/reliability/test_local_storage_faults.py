@@ -157,7 +157,8 @@ def test_runs_end_cleanly_after_a_storage_fault_and_nothing_committed_is_lost(
             assert_unavailable(httpx.post(f"{url}/api/runs/{cancelled.run_id}/cancel", timeout=30))
             assert parse_sse_body(replay(url, ended_id).content) == ended_chunks  # served unchanged
             assert httpx.get(f"{url}/api/runs/{ended_id}", timeout=30).json()["status"] == "finished"
-            assert kit.runner.load(followed.run_id).status == "ready_for_next_step"  # stalled, not failed
+            # Stalled, not failed (its model call's checkpoint may or may not have been written).
+            assert kit.runner.load(followed.run_id).status in ("not_started", "ready_for_next_step")
 
             target.repair()
             followed.thread.join(30)

@@ -57,9 +57,9 @@ async def test_a_checkpoint_write_whose_reply_was_lost_does_not_stop_the_run(mot
     log_ddb, _ = aws_clients(max_attempts=5)
     runner, _, log = aws_runner(store_ddb, log_ddb, s3)
     run_id = runner.create_run(PROMPT).run_id
-    # The store's requests: GetItem (load), UpdateItem (claim), UpdateItem (the first save): DynamoDB
-    # applies that save but its answer is lost (500); botocore retries it once.
-    faults = FaultInjector(every=3, lost_reply=True, operations=frozenset({"UpdateItem"})).attach(store_ddb)
+    # The store's requests: Query (load), UpdateItem (claim), TransactWriteItems (the first save):
+    # DynamoDB applies that save but its answer is lost (500); botocore retries it once.
+    faults = FaultInjector(every=3, lost_reply=True, operations=frozenset({"TransactWriteItems"})).attach(store_ddb)
     state = await LocalOrchestrator(runner, slice_seconds=0, retry_delay=0).drive(run_id)
     faults.armed = False
     assert faults.total >= 1

@@ -1,4 +1,5 @@
-"""The chat app over real HTTP on loopback (uvicorn), with embedded storage and the demo agent."""
+"""The chat app over real HTTP on loopback, with embedded storage and the demo agent: served by uvicorn (the
+local server) and by the deployed chat function's server (:mod:`durable_harness.server.httpd`)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,14 @@ def kit(tmp_path: Path) -> LocalKit:
     return build_local_kit(build_demo_agent(delay=0), tmp_path / "data")
 
 
+@pytest.fixture(params=["uvicorn", "httpd"])
+def server(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def base_url(kit: LocalKit) -> Iterator[str]:
-    with serve(kit.app) as url:
+def base_url(kit: LocalKit, server: str) -> Iterator[str]:
+    with serve(kit.app, server=server) as url:
         yield url
 
 
@@ -89,10 +95,10 @@ def test_a_post_cut_after_k_chunks_resumes_to_the_same_message(base_url: str) ->
         assert message_of(received + rest)["parts"] == message_of(whole)["parts"]
 
 
-def test_a_live_run_is_followed_until_finish(tmp_path: Path) -> None:
+def test_a_live_run_is_followed_until_finish(tmp_path: Path, server: str) -> None:
     kit = build_local_kit(build_demo_agent(delay=0.002), tmp_path / "live")
     with (
-        serve(kit.app) as url,
+        serve(kit.app, server=server) as url,
         httpx.stream("POST", f"{url}/api/chat", content=json.dumps({"messages": [WEATHER]}), timeout=10) as post,
     ):
         run_id = post.headers["x-workflow-run-id"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -128,6 +129,39 @@ def test_save_with_stale_version_raises_fenced_and_writes_nothing(store: Checkpo
     with pytest.raises(FencedError):
         store.save(record(state='{"stale":true}'), 1)
     assert store.load("run-1") == current
+
+
+def test_version_reads_the_heads_version(store: CheckpointStore) -> None:
+    with pytest.raises(RunNotFoundError):
+        store.version("run-1")
+    store.create(record())
+    assert store.version("run-1") == 1
+    claimed = store.claim("run-1", 1)
+    assert store.version("run-1") == claimed.version == 2
+    saved = store.save(record(state='{"step":1}'), 2)
+    assert store.version("run-1") == saved.version == 3
+
+
+def test_a_growing_state_round_trips_through_every_save(store: CheckpointStore) -> None:
+    """States that grow step by step (kept as records of what each save added) load back whole,
+    also the ones a save changed in place, removed from, or replaced with something unlike them."""
+    state: dict[str, object] = {"messages": [], "step": 0, "open": {"a": 1}}
+    version = store.create(record(state=json.dumps(state, separators=(",", ":")))).version
+    for step in range(1, 13):
+        messages = state["messages"]
+        assert isinstance(messages, list)
+        messages.append({"role": "tool", "content": [{"n": step, "text": "x" * 100}]})
+        if step % 3 == 0:
+            messages[-2]["content"].append({"late": True})  # the last message grew
+        if step % 4 == 0:
+            state["open"] = {}  # keys removed
+        if step == 7:
+            state = {"other": ["y" * 600], "step": 7, "messages": messages}  # a different shape
+        state["step"] = step
+        text = json.dumps(state, separators=(",", ":"))
+        version = store.save(record(state=text, status="ready_for_next_step"), version).version
+        assert json.loads(store.load("run-1").state) == state, step
+    assert store.load("run-1").version == version
 
 
 def test_loaded_records_do_not_alias_the_store(store: CheckpointStore) -> None:

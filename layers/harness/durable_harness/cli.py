@@ -4,17 +4,19 @@ inspects and controls runs."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import logging
 import os
 import secrets
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .approvals import DEFAULT_SECRET_ENV
 from .harness.interface import Harness
+
+if TYPE_CHECKING:  # imported by the commands only: the Lambda functions import load_agent from here
+    import argparse
 
 DEFAULT_AGENT = "my_agent:build_agent"
 
@@ -81,6 +83,8 @@ def _serve(args: argparse.Namespace) -> None:
 
 def _client_options() -> argparse.ArgumentParser:
     """``--url`` and ``--token``, shared by the client commands."""
+    import argparse
+
     from .client import DEFAULT_URL
 
     options = argparse.ArgumentParser(add_help=False)
@@ -105,6 +109,8 @@ def _client_command(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``durable-harness`` command."""
+    import argparse
+
     parser = argparse.ArgumentParser(prog="durable-harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the chat app with embedded storage")

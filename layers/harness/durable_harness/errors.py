@@ -68,6 +68,10 @@ class LogConflictError(FencedError):
     """A chunk append did not start at the log's current end; nothing was written."""
 
 
+class CorruptCheckpointError(FatalError):
+    """A stored checkpoint cannot be read back: a record is malformed or does not apply to its state."""
+
+
 # --- secrets --------------------------------------------------------------------------------------
 
 

@@ -59,7 +59,18 @@ class CheckpointStore(Protocol):
 
     def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
         """Replace the record if its version is still ``expected_version``; returns the new record
-        (version + 1, epoch unchanged). Raises ``FencedError`` otherwise; nothing is written."""
+        (version + 1, epoch unchanged). Raises ``FencedError`` otherwise; nothing is written.
+
+        Stores keep a run as a small head plus append-only records (decision D14,
+        :mod:`durable_harness.storage.records`): a save writes what changed since the version it
+        replaces, never the whole history. ``load`` returns a state equal in value to the one saved
+        (the same text for compact JSON)."""
+        ...
+
+    def version(self, run_id: str) -> int:
+        """The run's current version, read (strongly consistent) from its head alone: much cheaper
+        than ``load``. A writer whose version is older has been fenced off. Raises
+        ``RunNotFoundError``."""
         ...
 
 

@@ -123,7 +123,7 @@ describe('a. a tool turn streamed from the state machine over several slices', (
     const status = await finishedStatus(r.runId);
     t.diagnostic(`run ${r.runId}: ${status.slices} slices, ${status.chunkCount} chunks`);
     assert.equal(status.status, 'finished');
-    assert.ok(status.slices >= 3, `slices: ${status.slices}`);
+    assert.ok(status.slices >= 2, `slices: ${status.slices}`); // a slice per step
     assert.equal(status.chunkCount, chunks.length);
     // The chat function ran the first slice; the slice function the others.
     assert.equal(sliceDoneLines(server, r.runId).length, status.slices - 1);

@@ -1,7 +1,9 @@
 """Running a step's tool calls: concurrency, in-order reporting, approvals, and their checkpoints.
 
-Every completed call is checkpointed at once (a ``tool-result`` boundary), so a crash never runs a
-finished tool again; results reach the client in the model's order whatever order they finish in.
+Every completed call is checkpointed at once while other calls of the step still run (a
+``tool-result`` boundary), so a crash never runs a finished tool again; the step's last results
+ride on the step's own checkpoint. Results reach the client in the model's order whatever order
+they finish in.
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ def result_part(outcome: StepOutcome) -> ToolResultPart:
     return ToolResultPart(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name, output=output)
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """Tool results were added to ``state.step_outcomes``: checkpoint them.
+
+    ``others_running``: tools of the step are still running, so the results must be durable before
+    any of those finishes (a crash must not run a finished tool again). Otherwise the step's end
+    follows with no side effect in between, and its checkpoint may carry them.
+    """
+
+    others_running: bool
+
+
 class ToolRunner:
     """Executes calls of one step for an agent's tool set."""
 
@@ -104,8 +118,9 @@ class ToolRunner:
             await _maybe_await(self.on_end(call, outcome))
         return outcome
 
-    async def run_step(self, state: LoopTurnState, runnable: list[StepCall]) -> AsyncIterator[Emit | None]:
-        """Execute ``runnable`` calls not yet done; yields UI items, and None after each checkpointable result.
+    async def run_step(self, state: LoopTurnState, runnable: list[StepCall]) -> AsyncIterator[Emit | Recorded]:
+        """Execute ``runnable`` calls not yet done; yields UI items, and :class:`Recorded` after each
+        batch of results (a checkpoint is due).
 
         Results are reported in the model's order (``state.reported`` counts them).
         """
@@ -130,7 +145,7 @@ class ToolRunner:
                     state.step_outcomes.append(task.result())
                 for item in self.report(state):
                     yield item
-                yield None
+                yield Recorded(others_running=bool(tasks))
         finally:
             for task in tasks:
                 task.cancel()

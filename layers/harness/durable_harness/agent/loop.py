@@ -1,8 +1,12 @@
 """The built-in tool-loop agent (WorkflowAgent parity): call the model, run tools, repeat.
 
 It is a harness like any other (:mod:`durable_harness.harness.interface`). Each step is split at
-checkpoints: after the model call (a crash while tools run never repeats the model call), after
-each tool result (a finished tool never runs again), and at the end of the step (a slice point).
+checkpoints: after the model call (deferrable: written only if the tools take longer than the
+runner's grace period, so a crash while a slow tool runs never repeats the model call), after each
+tool result while other tools of the step still run (a finished tool never runs again), and at the
+end of the step (a slice point, which also carries the step's last results; for the turn's last
+step, deferrable too: the turn's final checkpoint carries it). A step whose tools are quick is one
+checkpoint write.
 Approvals pause the turn; the continuation's messages (or, through the run API, the paused turn's
 own checkpoint plus the answers) continue it, executing only the answers the runner verified.
 """
@@ -47,7 +51,7 @@ from .calls import (
 )
 from .continuation import continuation_messages
 from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, Usage, step_count_is
-from .execution import ToolRunner, answered_approvals, refuse_provider_approvals, result_part
+from .execution import Recorded, ToolRunner, answered_approvals, refuse_provider_approvals, result_part
 from .modelcall import StepResult, stream_model_step
 from .options import Preparation, validate_call_options
 from .output import Output, as_output
@@ -282,7 +286,8 @@ class ToolLoopAgent:
             refuse_provider_approvals(state.messages, actions.refused)
             if actions.runnable or actions.denied:  # (the runner shows the denials to the client)
                 state.phase, state.approval_step, state.step_calls = "tools", True, actions.runnable
-                yield hi.Checkpoint(dump_state(state))
+                # Deferrable: lost, the turn starts over from the same answers.
+                yield hi.Checkpoint(dump_state(state), deferrable=True)
         elif state.phase == "tools" and replay:
             for event in replay_events(state):
                 yield event
@@ -290,12 +295,16 @@ class ToolLoopAgent:
             if state.phase == "tools":
                 async for event in self._tools_phase(state):
                     yield event
-            if state.paused or state.client_calls or self._should_stop(state):
+            ends = state.take_turn_ends()
+            if ends if ends is not None else self._turn_ends(state):
                 break
             async for event in self._model_phase(state):
                 yield event
         async for event in self._end(state):
             yield event
+
+    def _turn_ends(self, state: LoopTurnState) -> bool:
+        return state.paused or bool(state.client_calls) or self._should_stop(state)
 
     def _should_stop(self, state: LoopTurnState) -> bool:
         if not state.steps:
@@ -349,7 +358,8 @@ class ToolLoopAgent:
         state.provider_approvals = list(result.provider_approvals)
         if result.calls:
             state.phase, state.approval_step = "tools", False
-            yield hi.Checkpoint(dump_state(state))
+            # Deferrable: if the tools are quick, the step's next checkpoint supersedes this one.
+            yield hi.Checkpoint(dump_state(state), deferrable=True)
         else:
             async for event in self._end_step(state):
                 yield event
@@ -362,8 +372,9 @@ class ToolLoopAgent:
         else:
             runnable = list(state.step_calls)
         async for item in self.runner.run_step(state, runnable):
-            if item is None:
-                yield hi.Checkpoint(dump_state(state))
+            if isinstance(item, Recorded):
+                # With no other tool running, the step's end (next) carries these results.
+                yield hi.Checkpoint(dump_state(state), deferrable=not item.others_running)
             else:
                 yield item
         waiting = set(state.pending_approvals) | set(state.client_calls)
@@ -421,7 +432,11 @@ class ToolLoopAgent:
         )
         if state.steps:
             await self._callback("step_end", state.steps[-1])
-        yield hi.Checkpoint(dump_state(state))  # after finish-step: a slice point
+        ends = self._turn_ends(state)
+        state.decide_turn_ends(ends)
+        # After finish-step: a slice point. When the turn ends next, deferrable instead: the turn's
+        # last checkpoint carries it (one write fewer, and no slice only to send `finish`).
+        yield hi.Checkpoint(dump_state(state), deferrable=ends)
 
     async def _end(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         # End callbacks run before the output is checked (as in the seed): on_end gets the output

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from ..messages import ModelMessage
 
@@ -93,7 +93,19 @@ class LoopTurnState(BaseModel):
     steps: list[StepSummary] = Field(default_factory=list)
     stop_reason: str | None = None
 
+    _turn_ends: bool | None = PrivateAttr(default=None)
+    """Whether the turn ends after the step that just ended (decided once, at the step's end)."""
+
     @property
     def paused(self) -> bool:
         """True while the turn waits for the user's approval of host or provider-executed calls."""
         return bool(self.pending_approvals or self.provider_approvals)
+
+    def decide_turn_ends(self, ends: bool) -> None:
+        """Record the decision taken at the end of a step (stop conditions are asked once)."""
+        self._turn_ends = ends
+
+    def take_turn_ends(self) -> bool | None:
+        """The decision recorded at the end of the last step (None if none), forgotten once taken."""
+        ends, self._turn_ends = self._turn_ends, None
+        return ends

@@ -35,7 +35,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ._errors import aws_errors, error_code
-from .dynamodb import _RUN_SK
+from ._records import RUN_SK
 from .stepfunctions import StepFunctionsOrchestrator
 
 __all__ = ["TOKEN_ATTRIBUTE", "StepFunctionsHandover"]
@@ -144,7 +144,7 @@ class StepFunctionsHandover:
             with aws_errors(f"reading the task token of run {run_id!r}"):
                 item = self._ddb.get_item(
                     TableName=self._table,
-                    Key={"pk": {"S": run_id}, "sk": {"S": _RUN_SK}},
+                    Key={"pk": {"S": run_id}, "sk": {"S": RUN_SK}},
                     ConsistentRead=True,
                     ProjectionExpression="#t",
                     ExpressionAttributeNames={"#t": TOKEN_ATTRIBUTE},

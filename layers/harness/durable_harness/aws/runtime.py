@@ -17,8 +17,11 @@ Environment (set by the SAM template):
                        first slice itself (:mod:`.handover`; default 30)
 =====================  ===========================================================
 
-boto3 clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so
-they are created once per process and reused across invocations of a warm Lambda.
+Clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so they are
+created once per process and reused across invocations of a warm Lambda. They are botocore
+clients from one shared session (:mod:`.clients`: boto3 is not imported); a test may pass a
+``boto3.Session`` of its own. The EventBridge client is made on first use: the chat function
+publishes only when a run is cancelled.
 """
 
 from __future__ import annotations
@@ -27,17 +30,20 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.config import Config
 
 from ..errors import FatalError
 from .chunklog import DynamoChunkLog
+from .clients import LazyClient, make_client
 from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher
 from .handover import StepFunctionsHandover
 from .stepfunctions import StepFunctionsOrchestrator
+
+if TYPE_CHECKING:
+    import boto3
 
 __all__ = ["CLIENT_CONFIG", "AwsConfigError", "AwsRuntime", "build_runtime", "client_for"]
 
@@ -78,15 +84,15 @@ class AwsRuntime:
 
 
 def client_for(service: str, *, session: boto3.Session | None = None, region: str | None = None) -> Any:
-    """A boto3 client for ``service`` with :data:`CLIENT_CONFIG`, created once per session and region."""
+    """A client for ``service`` with :data:`CLIENT_CONFIG`, created once per session and region
+    (without ``session``: from the shared botocore session of :mod:`.clients`)."""
     key = (id(session) if session is not None else 0, service, region)
     with _clients_lock:
         cached = _clients.get(key)
         # The session is kept with its client so that its id cannot be reused by another session.
         if cached is not None and cached[1] is session:
             return cached[0]
-        maker = session if session is not None else boto3
-        client = maker.client(service, region_name=region, config=CLIENT_CONFIG)
+        client = make_client(service, CLIENT_CONFIG, region=region, session=session)
         _clients[key] = (client, session)
         return client
 
@@ -124,7 +130,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         store=store,
         log=log,
         orchestrator=orchestrator,
-        events=EventPublisher(bus, client=client("events")) if bus else None,
+        events=EventPublisher(bus, client=LazyClient(lambda: client("events"))) if bus else None,
         handover=StepFunctionsHandover(
             orchestrator,
             client=client("stepfunctions"),

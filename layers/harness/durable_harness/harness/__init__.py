@@ -10,8 +10,9 @@ See ``docs/harness.md`` for the interface and the wire protocol.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
 from .interface import (
     ApprovalDecision,
     CancelNotice,
@@ -27,9 +28,9 @@ from .interface import (
     StartTurn,
     TurnRequest,
 )
-from .process import DEFAULT_STOP_GRACE_SECONDS, ProcessHarness
 
 if TYPE_CHECKING:
+    from .process import DEFAULT_STOP_GRACE_SECONDS, ProcessHarness
     from .pydantic_ai import PydanticAIHarness
 
 __all__ = [
@@ -52,10 +53,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Pydantic AI is an optional extra: import it only when its adapter is asked for.
-    if name == "PydanticAIHarness":
-        from .pydantic_ai import PydanticAIHarness
-
-        return PydanticAIHarness
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The adapters are imported on first use: the built-in agent needs only the interface, and Pydantic
+# AI is an optional extra (imported only when its adapter is asked for).
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "DEFAULT_STOP_GRACE_SECONDS": ".process",
+        "ProcessHarness": ".process",
+        "PydanticAIHarness": ".pydantic_ai",
+    },
+)

@@ -9,13 +9,15 @@ approval requests when the turn was paused), and reads its events:
   the runner translates into UI message chunks for the client;
 * UI message chunks, for what the harness protocol cannot say (the built-in loop uses a few);
 * :class:`Checkpoint` events carrying the adapter's own opaque JSON state: every chunk before a
-  checkpoint becomes durable together with that state.
+  checkpoint becomes durable together with that state (a ``deferrable`` one may be superseded by
+  the next checkpoint instead of being written).
 
 The rules the runner applies, the same for every harness:
 
-* A ``finish-step`` part directly followed by a checkpoint is a **slice point**: when the slice's
-  time budget is spent there, the runner calls :meth:`HarnessTurn.stop` (the adapter may hand
-  back one last checkpoint) and the next slice continues from the last checkpoint's state.
+* A ``finish-step`` part directly followed by a checkpoint (not ``deferrable``) is a **slice
+  point**: when the slice's time budget is spent there, the runner calls :meth:`HarnessTurn.stop`
+  (the adapter may hand back one last checkpoint) and the next slice continues from the last
+  checkpoint's state.
 * A slice that died mid-step is retried from the last checkpoint with ``replay_step=True``: the
   client has been sent ``reset-step`` and the adapter re-sends what the current step had shown.
 * A ``tool-approval-request`` part pauses the turn: the runner signs the request for the client,
@@ -45,10 +47,20 @@ class Checkpoint:
     """A point where the turn can be made durable: ``state`` is the adapter's own JSON state.
 
     ``output`` is the turn's structured output, on a checkpoint that follows ``finish``.
+
+    ``deferrable``: losing this checkpoint in a crash costs only work that can be done again (a
+    model call, not a tool's side effect), and the harness yields another checkpoint soon. The
+    runner may then write it only if the next one has not come within its grace period
+    (``Runner(checkpoint_grace=...)``), which keeps a step to one write; it checks that the slice
+    still holds the run before the harness goes on, and never ends a slice there (a deferrable
+    checkpoint after ``finish-step`` is no slice point: use it when the turn ends next). A
+    checkpoint that records a side effect (a tool's result while another tool may start) must not
+    be deferrable.
     """
 
     state: JSONValue
     output: Any = None
+    deferrable: bool = False
 
 
 HarnessEvent: TypeAlias = HarnessStreamPart | UIMessageChunk | Checkpoint

@@ -16,8 +16,9 @@ harness parts:
   ``internalServerException``, ``modelStreamErrorException``: retryable;
   ``validationException``: not) -> :class:`~durable_harness.errors.ModelError`.
 
-The default client is ``boto3.client("bedrock-runtime")`` (region and credentials from the
-usual AWS chain) with ``total_max_attempts=1``: the agent loop retries, the provider never does.
+The default client is a ``bedrock-runtime`` client of the process's shared botocore session
+(:mod:`durable_harness.aws.clients`; region and credentials from the usual AWS chain) with
+``total_max_attempts=1``: the agent loop retries, the provider never does.
 The caller needs ``bedrock:InvokeModelWithResponseStream`` on the model (or inference profile).
 """
 
@@ -106,8 +107,9 @@ _END = object()
 
 def default_client() -> Any:
     """A ``bedrock-runtime`` client that never retries (one attempt), with a long read timeout."""
-    import boto3
     from botocore.config import Config
+
+    from ..aws.clients import make_client
 
     config = Config(
         retries={"total_max_attempts": 1, "mode": "standard"},
@@ -115,7 +117,7 @@ def default_client() -> Any:
         read_timeout=600,
         user_agent_extra="durable-harness",
     )
-    return boto3.client("bedrock-runtime", config=config)
+    return make_client("bedrock-runtime", config)  # the process's botocore session: no second one
 
 
 class BedrockConverseModel:

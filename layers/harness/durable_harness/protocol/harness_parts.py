@@ -15,7 +15,7 @@ from pydantic import Field
 
 from ..errors import ProtocolError, UnknownPartTypeError
 from .ui_chunks import FinishReasonName, StrictWireModel, validate_wire
-from .wire import JSONValue, ProviderMetadata
+from .wire import RARE, JSONValue, ProviderMetadata
 
 HarnessMetadata = dict[str, dict[str, JSONValue]]
 """``Record<string, Record<string, JSONValue>>``; the outer key is the harness id."""
@@ -198,6 +198,8 @@ class ToolCallPart(HarnessPartModel):
 class ToolApprovalRequestPart(HarnessPartModel):
     """The runtime asks for approval of a tool call it already emitted."""
 
+    model_config = RARE
+
     type: Literal["tool-approval-request"] = "tool-approval-request"
     approval_id: str
     tool_call_id: str
@@ -238,6 +240,8 @@ class FinishPart(HarnessPartModel):
 class FileChangePart(HarnessPartModel):
     """A workspace file changed through a mechanism with no visible tool call."""
 
+    model_config = RARE
+
     type: Literal["file-change"] = "file-change"
     event: Literal["create", "modify", "delete"]
     path: str
@@ -246,6 +250,8 @@ class FileChangePart(HarnessPartModel):
 
 class CompactionPart(HarnessPartModel):
     """The runtime compacted its context."""
+
+    model_config = RARE
 
     type: Literal["compaction"] = "compaction"
     trigger: Literal["manual", "auto"]
@@ -258,12 +264,16 @@ class CompactionPart(HarnessPartModel):
 class ErrorPart(HarnessPartModel):
     """A runtime error; the ``error`` key must exist (``null`` allowed)."""
 
+    model_config = RARE
+
     type: Literal["error"] = "error"
     error: JSONValue
 
 
 class RawPart(HarnessPartModel):
     """Adapter-specific passthrough; the ``rawValue`` key must exist (``null`` allowed)."""
+
+    model_config = RARE
 
     type: Literal["raw"] = "raw"
     raw_value: JSONValue

@@ -18,7 +18,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from ..errors import ProtocolError, UnknownPartTypeError
-from .wire import JSONValue, ProviderMetadata, WireModel
+from .wire import RARE, JSONValue, ProviderMetadata, WireModel
 
 # --- the strict base ------------------------------------------------------------------------------
 
@@ -144,6 +144,8 @@ class FinishStepChunk(UIChunkModel):
 class ResetStepChunk(UIChunkModel):
     """Discards the current step's parts on the client (a retried step streams again)."""
 
+    model_config = RARE
+
     type: Literal["reset-step"] = "reset-step"
 
 
@@ -159,6 +161,8 @@ class FinishChunk(UIChunkModel):
 class AbortChunk(UIChunkModel):
     """The run was aborted (not an end signal for the transport)."""
 
+    model_config = RARE
+
     type: Literal["abort"] = "abort"
     reason: str | None = None
 
@@ -166,12 +170,16 @@ class AbortChunk(UIChunkModel):
 class MessageMetadataChunk(UIChunkModel):
     """Deep-merges metadata into the message; the key must exist, ``null`` allowed."""
 
+    model_config = RARE
+
     type: Literal["message-metadata"] = "message-metadata"
     message_metadata: JSONValue
 
 
 class ErrorChunk(UIChunkModel):
     """A fatal error: the Chat stops processing the stream."""
+
+    model_config = RARE
 
     type: Literal["error"] = "error"
     error_text: str
@@ -269,6 +277,8 @@ class ToolInputAvailableChunk(UIChunkModel):
 class ToolInputErrorChunk(UIChunkModel):
     """An invalid tool call (unknown tool, malformed input)."""
 
+    model_config = RARE
+
     type: Literal["tool-input-error"] = "tool-input-error"
     tool_call_id: str
     tool_name: str
@@ -284,6 +294,8 @@ class ToolInputErrorChunk(UIChunkModel):
 class ToolApprovalRequestChunk(UIChunkModel):
     """Asks the user to approve a tool call; ``signature`` proves the server issued it."""
 
+    model_config = RARE
+
     _nullable = frozenset({"approvalDescriptor", "inputSchemaInput"})
     type: Literal["tool-approval-request"] = "tool-approval-request"
     approval_id: str
@@ -297,6 +309,8 @@ class ToolApprovalRequestChunk(UIChunkModel):
 
 class ToolApprovalResponseChunk(UIChunkModel):
     """The answer to an approval request (an automatic denial, or a continuation)."""
+
+    model_config = RARE
 
     type: Literal["tool-approval-response"] = "tool-approval-response"
     approval_id: str
@@ -322,6 +336,8 @@ class ToolOutputAvailableChunk(UIChunkModel):
 class ToolOutputErrorChunk(UIChunkModel):
     """A tool call failed."""
 
+    model_config = RARE
+
     type: Literal["tool-output-error"] = "tool-output-error"
     tool_call_id: str
     error_text: str
@@ -334,12 +350,16 @@ class ToolOutputErrorChunk(UIChunkModel):
 class ToolOutputDeniedChunk(UIChunkModel):
     """The user denied the tool call."""
 
+    model_config = RARE
+
     type: Literal["tool-output-denied"] = "tool-output-denied"
     tool_call_id: str
 
 
 class SourceUrlChunk(UIChunkModel):
     """A URL source cited by the model."""
+
+    model_config = RARE
 
     type: Literal["source-url"] = "source-url"
     source_id: str
@@ -350,6 +370,8 @@ class SourceUrlChunk(UIChunkModel):
 
 class SourceDocumentChunk(UIChunkModel):
     """A document source cited by the model."""
+
+    model_config = RARE
 
     type: Literal["source-document"] = "source-document"
     source_id: str
@@ -362,6 +384,8 @@ class SourceDocumentChunk(UIChunkModel):
 class FileChunk(UIChunkModel):
     """A file produced by the model."""
 
+    model_config = RARE
+
     type: Literal["file"] = "file"
     url: str
     media_type: str
@@ -370,6 +394,8 @@ class FileChunk(UIChunkModel):
 
 class ReasoningFileChunk(UIChunkModel):
     """A file produced as part of the model's reasoning."""
+
+    model_config = RARE
 
     type: Literal["reasoning-file"] = "reasoning-file"
     url: str
@@ -380,6 +406,8 @@ class ReasoningFileChunk(UIChunkModel):
 class CustomChunk(UIChunkModel):
     """A provider-specific part (``kind`` is ``"provider.type"``)."""
 
+    model_config = RARE
+
     type: Literal["custom"] = "custom"
     kind: str
     provider_metadata: ProviderMetadata | None = None
@@ -387,6 +415,8 @@ class CustomChunk(UIChunkModel):
 
 class DataChunk(UIChunkModel):
     """App data ``data-<name>`` (also the part the client keeps); ``data`` required, ``null`` allowed."""
+
+    model_config = RARE
 
     type: Annotated[str, AfterValidator(type_prefix("data-"))]
     id: str | None = None

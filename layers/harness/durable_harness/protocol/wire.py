@@ -22,6 +22,14 @@ ProviderMetadata = dict[str, dict[str, Any]]
 """``Record<string, Record<string, JSONValue>>``: outer key is the provider (or harness) id."""
 
 
+RARE = ConfigDict(defer_build=True)
+"""The ``model_config`` of a chunk or part type that a turn which goes well never sends (errors,
+approvals, sources, files, data, ...): its validator and serializer are built when it is first
+used, not when the module is imported, which every cold start of every function would pay for.
+The types of every turn (text, reasoning, tool calls, steps) are built at import, where a Lambda
+function's init phase has more CPU than its first request."""
+
+
 class WireModel(BaseModel):
     """A pydantic model with the AI SDK's JSON conventions."""
 

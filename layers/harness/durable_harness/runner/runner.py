@@ -43,6 +43,7 @@ from ..protocol.ui_chunks import (
 from ..storage.writer import ChunkWriter
 from ..telemetry import Telemetry, telemetry_from_env
 from .continuation import ContinuationResolver, turn_request
+from .progress import SliceProgress
 from .state import (
     ApprovalRecord,
     ContinuationRecord,
@@ -63,6 +64,9 @@ class Runner:
     own (``HarnessOptions.approval_secret``), else ``TOOL_APPROVAL_SECRET`` / ``..._ARN``.
     ``telemetry`` sees every slice (:mod:`durable_harness.telemetry`); by default the one the
     environment asks for, chosen at the first slice.
+    ``checkpoint_grace``: how long a ``deferrable`` harness checkpoint waits to be superseded by the
+    next one before it is written anyway (``None``: until the next one; 0: written at once); see
+    :mod:`durable_harness.runner.progress`.
     """
 
     def __init__(
@@ -75,8 +79,10 @@ class Runner:
         on_commit: Callable[[str, int], None] | None = None,
         approval_secret: ApprovalSecret | None = None,
         telemetry: Telemetry | None = None,
+        checkpoint_grace: float | None = 1.0,
     ) -> None:
         self.agent = agent
+        self.checkpoint_grace = checkpoint_grace
         self.options = agent.options
         self.store = store
         self.log = log
@@ -176,6 +182,7 @@ class Runner:
             on_commit=self.on_commit,
         )
         replay = await self._reset_if_interrupted(state, count, translator, writer)
+        progress = SliceProgress(self.store, cp, state, translator, writer, grace=self.checkpoint_grace)
         state.slices += 1
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
@@ -197,14 +204,18 @@ class Runner:
                     if finish_part is not None:  # after `finish`: the turn's last state and output
                         state.turn, output = event.state, event.output
                         continue
-                    cp = await self._save_progress(cp, state, translator, writer, event.state)
+                    if event.deferrable:  # held, and never a slice point: the harness goes on
+                        await progress.defer(event.state)
+                        slice_point = False
+                        continue
+                    await progress.save(event.state)
                     if slice_point and not state.pending_approvals:  # a pausing turn goes on to its finish
                         now = time.monotonic()
                         longest_step, step_began = max(longest_step, now - step_began), now
                         if budget_seconds is not None and now - started + longest_step >= budget_seconds:
                             last = await turn.stop()
                             if last is not None:
-                                cp = await self._save_progress(cp, state, translator, writer, last.state)
+                                await progress.save(last.state)
                             return state
                     slice_point = False
                     continue
@@ -226,7 +237,7 @@ class Runner:
             state.status = "awaiting_tool_approval" if state.pending_approvals else "finished"
             state.continuation = None
             state.final_result = _final_result(finish_part, output)
-            return await self._commit_terminal(cp, state, translator, writer, final)
+            return await self._commit_terminal(progress, final)
         except (ModelError, OutputError, ProtocolError) as exc:
             state.status, state.error = "failed", str(exc)
             closing: list[UIMessageChunk] = [ErrorChunk(error_text=str(exc))]
@@ -234,8 +245,9 @@ class Runner:
                 closing.append(FinishStepChunk())
             closing.append(FinishChunk(finish_reason="error"))
             logger.warning("run %s failed: %s", run_id, exc)
-            return await self._commit_terminal(cp, state, translator, writer, closing)
+            return await self._commit_terminal(progress, closing)
         finally:
+            await progress.close()
             await turn.close()
             observer.end(state, sys.exc_info()[1])
 
@@ -275,8 +287,9 @@ class Runner:
             closing.append(FinishChunk(finish_reason="error" if status == "failed" else "other"))
             state.status, state.error = status, error
             writer = ChunkWriter(self.log, run_id, epoch=cp.epoch, start=count, flush_interval=0)
+            progress = SliceProgress(self.store, cp, state, translator, writer, grace=0)
             try:
-                state = await self._commit_terminal(cp, state, translator, writer, closing)
+                state = await self._commit_terminal(progress, closing)
             except FencedError:
                 continue
             if status == "cancelled":
@@ -307,16 +320,6 @@ class Runner:
             logger.exception("run %s: the harness's on_cancel failed", state.run_id)
 
     # --- internals -------------------------------------------------------------------------------
-
-    async def _save_progress(
-        self, cp: Checkpoint, state: RunState, translator: StreamTranslator, writer: ChunkWriter, turn: Any
-    ) -> Checkpoint:
-        """Make the chunks so far durable together with the harness's state ``turn``."""
-        await writer.flush()
-        state.turn, state.input_messages, state.continuation = turn, [], None
-        state.status = "ready_for_next_step"
-        state.stream = StreamContext(translator=translator.state, chunk_count=writer.committed)
-        return await asyncio.to_thread(self.store.save, checkpoint_of(state, cp), cp.version)
 
     @staticmethod
     def _note_approval(state: RunState, translator: StreamTranslator, part: hp.ToolApprovalRequestPart) -> None:
@@ -362,23 +365,18 @@ class Runner:
         _write(writer, translator.reset_step())
         return True
 
-    async def _commit_terminal(
-        self,
-        cp: Checkpoint,
-        state: RunState,
-        translator: StreamTranslator,
-        writer: ChunkWriter,
-        final: list[UIMessageChunk],
-    ) -> RunState:
+    async def _commit_terminal(self, progress: SliceProgress, final: list[UIMessageChunk]) -> RunState:
+        state, writer = progress.state, progress.writer
+        await progress.settle()  # a held checkpoint is superseded by the terminal one
         await writer.flush()
         if state.status == "awaiting_tool_approval":
             await asyncio.to_thread(self._issue_approvals, state)
         encoded = [encode_ui_chunk(c) for c in final]
         state.input_messages = []
         state.stream = StreamContext(
-            translator=translator.state, chunk_count=writer.committed + len(encoded), final_chunks=encoded
+            translator=progress.translator.state, chunk_count=writer.committed + len(encoded), final_chunks=encoded
         )
-        await asyncio.to_thread(self.store.save, checkpoint_of(state, cp), cp.version)
+        await progress.commit()
         for chunk in encoded:
             writer.write(chunk)
         await writer.close()

@@ -1,4 +1,4 @@
-"""The chat app: a dependency-free ASGI application (uvicorn locally, Lambda Web Adapter in AWS).
+"""The chat app: a dependency-free ASGI application (uvicorn locally, :mod:`.httpd` behind the Lambda Web Adapter).
 
 Routes:
 

@@ -1,6 +1,7 @@
 """In-memory fakes of the checkpoint store and the chunk log, for unit tests.
 
-They implement exactly the semantics of :mod:`durable_harness.ports` (fencing included) so that a
+They implement exactly the semantics of :mod:`durable_harness.ports` (fencing included, and the
+checkpoint format of :mod:`durable_harness.storage.records`) so that a
 test passing against them also passes against the SQLite, file and AWS adapters; the shared
 contract suite in ``tests/storage`` runs every adapter through the same cases. Both are
 thread-safe: the async runner calls ports from worker threads.
@@ -11,10 +12,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import FencedError, LogConflictError, RunExistsError, RunNotFoundError
 from ..ports import Checkpoint, RunSummary
+from .records import Folded, Kind, fold, parse, plan_create, plan_save
 
 __all__ = ["MemoryCheckpointStore", "MemoryChunkLog", "check_chunks", "check_read_args"]
 
@@ -51,13 +53,30 @@ def _copy(checkpoint: Checkpoint, *, version: int | None = None, epoch: int | No
     )
 
 
+@dataclass
+class _Run:
+    """One run as the store holds it: the head, its inline base, its records (storage/records.py)."""
+
+    head: Checkpoint
+    """The head's fields; ``state`` is the state last written (the base of the next delta)."""
+    base: str | None
+    records: list[tuple[Kind, str]] = field(default_factory=list)
+    value: object = None
+    """The parsed value of ``head.state``."""
+
+    def loaded(self) -> Checkpoint:
+        """The record as ``load`` returns it: the state folded from the base and the records."""
+        return _copy(replace(self.head, state=fold(self.base, self.records).text))
+
+
 class MemoryCheckpointStore:
-    """A :class:`~durable_harness.ports.CheckpointStore` held in a dict."""
+    """A :class:`~durable_harness.ports.CheckpointStore` held in a dict, in the stores' common format:
+    a head plus append-only records (:mod:`durable_harness.storage.records`)."""
 
     def __init__(self) -> None:
         """Create an empty store."""
         self._lock = threading.Lock()
-        self._records: dict[str, Checkpoint] = {}
+        self._runs: dict[str, _Run] = {}
         # A write sequence number per run, so list_runs can order by "last updated" without
         # relying on the wall clock (which can tie or go backwards).
         self._touched: dict[str, int] = {}
@@ -66,61 +85,86 @@ class MemoryCheckpointStore:
     def create(self, checkpoint: Checkpoint) -> Checkpoint:
         """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
         with self._lock:
-            if checkpoint.run_id in self._records:
+            if checkpoint.run_id in self._runs:
                 raise RunExistsError(checkpoint.run_id)
-            return self._put(_copy(checkpoint, version=1, epoch=0))
+            plan = plan_create(checkpoint.state)
+            run = _Run(_copy(checkpoint, version=1, epoch=0), plan.inline)
+            if plan.record is not None:
+                run.records.append(plan.record)
+            run.value = parse(checkpoint.state)
+            self._runs[checkpoint.run_id] = run
+            return self._touch(run)
 
     def load(self, run_id: str) -> Checkpoint:
         """The newest record of a run. Raises ``RunNotFoundError``."""
         with self._lock:
-            return _copy(self._get(run_id))
+            return self._get(run_id).loaded()
 
     def summary(self, run_id: str) -> RunSummary:
         """The record's summary, without its state. Raises ``RunNotFoundError``."""
         with self._lock:
-            record = self._get(run_id)
-            return RunSummary(record.run_id, record.status, record.principal, record.chat_id)
+            head = self._get(run_id).head
+            return RunSummary(head.run_id, head.status, head.principal, head.chat_id)
 
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         """Bump epoch and version if the version is still ``expected_version``."""
         with self._lock:
-            current = self._get(run_id)
+            run = self._get(run_id)
+            current = run.head
             if current.version != expected_version:
                 raise FencedError(f"run {run_id!r}: claim expected version {expected_version}, found {current.version}")
-            return self._put(_copy(current, version=current.version + 1, epoch=current.epoch + 1))
+            run.head = _copy(current, version=current.version + 1, epoch=current.epoch + 1)
+            return self._touch(run)
 
     def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
-        """Replace the record if its version is still ``expected_version`` (version + 1)."""
+        """Append the state's record if the version is still ``expected_version`` (version + 1)."""
         with self._lock:
-            current = self._get(checkpoint.run_id)
+            run = self._get(checkpoint.run_id)
+            current = run.head
             if current.version != expected_version:
                 raise FencedError(
                     f"run {checkpoint.run_id!r}: save expected version {expected_version}, found {current.version}"
                 )
+            base_bytes = len(run.base.encode("utf-8", "surrogatepass")) if run.base is not None else 0
+            plan, folded = plan_save(
+                Folded(current.state, run.value), checkpoint.state, seq=len(run.records), base_bytes=base_bytes
+            )
+            if plan.inline is not None:
+                run.base = plan.inline
+            if plan.record is not None:
+                run.records.append(plan.record)
+            if plan.drop_base:
+                run.base = None
             # The epoch belongs to the store, not to the caller's copy: only claim() moves it.
-            return self._put(_copy(checkpoint, version=current.version + 1, epoch=current.epoch))
+            run.head = _copy(checkpoint, version=current.version + 1, epoch=current.epoch)
+            run.value = folded.value
+            return self._touch(run)
+
+    def version(self, run_id: str) -> int:
+        """The run's current version. Raises ``RunNotFoundError``."""
+        with self._lock:
+            return self._get(run_id).head.version
 
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""
         with self._lock:
-            ordered = sorted(self._records, key=self._touched.__getitem__, reverse=True)
+            ordered = sorted(self._runs, key=self._touched.__getitem__, reverse=True)
             found = [
-                _copy(self._records[run_id])
+                self._runs[run_id].loaded()
                 for run_id in ordered
-                if chat_id is None or self._records[run_id].chat_id == chat_id
+                if chat_id is None or self._runs[run_id].head.chat_id == chat_id
             ]
             return found[: max(limit, 0)]
 
-    def _get(self, run_id: str) -> Checkpoint:
+    def _get(self, run_id: str) -> _Run:
         try:
-            return self._records[run_id]
+            return self._runs[run_id]
         except KeyError:
             raise RunNotFoundError(run_id) from None
 
-    def _put(self, record: Checkpoint) -> Checkpoint:
-        self._records[record.run_id] = record
-        self._touched[record.run_id] = next(self._seq)
-        return _copy(record)
+    def _touch(self, run: _Run) -> Checkpoint:
+        self._touched[run.head.run_id] = next(self._seq)
+        return _copy(run.head)
 
 
 class MemoryChunkLog:

@@ -6,6 +6,12 @@ Safe from several threads (one connection per store behind a lock; the async run
 ``UPDATE ... WHERE version = ?`` decides the race: the loser sees ``rowcount == 0`` and gets
 :class:`~durable_harness.errors.FencedError` with nothing written.
 
+A run is a head row in ``runs`` plus append-only rows in ``run_records`` (the format of
+:mod:`durable_harness.storage.records`): a save inserts one record and moves the head in the same
+transaction, so no write grows with the run's history. ``runs.state`` holds the inline base
+(``''`` once a ``full`` record superseded it). A data folder written before records existed loads
+as it is: its ``runs.state`` is the whole state (a base) and the ``seq`` column is added with 0.
+
 Durability is ``synchronous=NORMAL``: a committed write survives a crash of the process, though
 not necessarily a power cut, which is the right trade for a development store.
 
@@ -20,16 +26,19 @@ import json
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
-from ..errors import FencedError, RunExistsError, RunNotFoundError, StorageError
+from ..errors import CorruptCheckpointError, FencedError, RunExistsError, RunNotFoundError, StorageError
 from ..ports import ACTIVE_STATUSES, Checkpoint, Lease, RunSummary
 from ._private import make_private_dirs, touch_private
+from .records import Folded, fold, plan_create, plan_save
 
 __all__ = ["SqliteCheckpointStore"]
 
@@ -45,11 +54,19 @@ CREATE TABLE IF NOT EXISTS runs (
     meta       TEXT NOT NULL DEFAULT '{}',
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
-    write_seq  INTEGER NOT NULL
+    write_seq  INTEGER NOT NULL,
+    seq        INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_chat ON runs (chat_id, write_seq);
 CREATE INDEX IF NOT EXISTS runs_by_write ON runs (write_seq);
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
+CREATE TABLE IF NOT EXISTS run_records (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    kind   TEXT NOT NULL,
+    body   TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS leases (
     run_id     TEXT PRIMARY KEY,
     owner      TEXT NOT NULL,
@@ -57,7 +74,8 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 """
 
-_COLUMNS = "run_id, version, epoch, status, principal, chat_id, state, meta"
+_COLUMNS = "run_id, version, epoch, status, principal, chat_id, state, meta, seq"
+_CACHE_RUNS = 256
 # Orders list_runs by "last written": clock timestamps can tie or step back, a counter bumped
 # inside the write transaction (which holds the database's write lock) cannot.
 _NEXT_SEQ = "(SELECT COALESCE(MAX(write_seq), 0) + 1 FROM runs)"
@@ -72,8 +90,8 @@ def _meta_json(meta: dict[str, str]) -> str:
     return json.dumps(meta, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def _row_to_checkpoint(row: tuple[Any, ...]) -> Checkpoint:
-    run_id, version, epoch, status, principal, chat_id, state, meta = row
+def _row_to_checkpoint(row: tuple[Any, ...], state: str) -> Checkpoint:
+    run_id, version, epoch, status, principal, chat_id, _, meta, _ = row
     decoded = json.loads(meta) if meta else {}
     return Checkpoint(
         run_id=run_id,
@@ -102,6 +120,9 @@ class SqliteCheckpointStore:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
+        # run -> (version, state): the state at that version is the base of the next delta; a
+        # version's state never changes, so a hit is always right (a miss folds the records).
+        self._states: OrderedDict[str, tuple[int, Folded]] = OrderedDict()
         # Connect now so that a bad path fails at construction, not at the first slice.
         with self._lock:
             self._connection()
@@ -114,24 +135,28 @@ class SqliteCheckpointStore:
     def create(self, checkpoint: Checkpoint) -> Checkpoint:
         """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
         now = _now()
+        plan = plan_create(checkpoint.state)
         with self._transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO runs (run_id, version, epoch, status, principal, chat_id, state, meta,"
-                f" created_at, updated_at, write_seq) VALUES (?, 1, 0, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ})"
+                f" created_at, updated_at, write_seq, seq) VALUES (?, 1, 0, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ}, ?)"
                 " ON CONFLICT (run_id) DO NOTHING",
                 (
                     checkpoint.run_id,
                     checkpoint.status,
                     checkpoint.principal,
                     checkpoint.chat_id,
-                    checkpoint.state,
+                    plan.inline if plan.inline is not None else "",
                     _meta_json(checkpoint.meta),
                     now,
                     now,
+                    0 if plan.record is None else 1,
                 ),
             )
             if cur.rowcount == 0:
                 raise RunExistsError(checkpoint.run_id)
+            if plan.record is not None:
+                self._insert_record(conn, checkpoint.run_id, 1, plan.record)
             return self._select(conn, checkpoint.run_id)
 
     def load(self, run_id: str) -> Checkpoint:
@@ -147,6 +172,14 @@ class SqliteCheckpointStore:
             raise RunNotFoundError(run_id)
         return RunSummary(run_id, row[0], row[1], row[2])
 
+    def version(self, run_id: str) -> int:
+        """The run's current version. Raises ``RunNotFoundError``."""
+        with self._guard() as conn:
+            row = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFoundError(run_id)
+        return int(row[0])
+
     def claim(self, run_id: str, expected_version: int) -> Checkpoint:
         """Bump epoch and version if the version is still ``expected_version``."""
         with self._transaction() as conn:
@@ -161,26 +194,38 @@ class SqliteCheckpointStore:
 
     def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
         """Replace the record if its version is still ``expected_version`` (version + 1)."""
+        run_id = checkpoint.run_id
         with self._transaction() as conn:
+            row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None or row[1] != expected_version:
+                self._raise_lost(conn, run_id, expected_version, "save")
+            base, seq = row[6], int(row[8])
+            current = self._cached(run_id, expected_version) or self._fold(conn, run_id, base, seq)
+            base_bytes = len(base.encode("utf-8", "surrogatepass")) if seq == 0 or base else 0
+            plan, folded = plan_save(current, checkpoint.state, seq=seq, base_bytes=base_bytes)
+            if plan.record is not None:
+                seq += 1
+                self._insert_record(conn, run_id, seq, plan.record)
+            base = plan.inline if plan.inline is not None else "" if plan.drop_base else base
             # epoch is deliberately absent from SET: only claim() may move the fence.
-            cur = conn.execute(
+            conn.execute(
                 "UPDATE runs SET version = version + 1, status = ?, principal = ?, chat_id = ?,"
-                f" state = ?, meta = ?, updated_at = ?, write_seq = {_NEXT_SEQ}"
+                f" state = ?, meta = ?, updated_at = ?, write_seq = {_NEXT_SEQ}, seq = ?"
                 " WHERE run_id = ? AND version = ?",
                 (
                     checkpoint.status,
                     checkpoint.principal,
                     checkpoint.chat_id,
-                    checkpoint.state,
+                    base,
                     _meta_json(checkpoint.meta),
                     _now(),
-                    checkpoint.run_id,
+                    seq,
+                    run_id,
                     expected_version,
                 ),
             )
-            if cur.rowcount == 0:
-                self._raise_lost(conn, checkpoint.run_id, expected_version, "save")
-            return self._select(conn, checkpoint.run_id)
+            self._remember(run_id, expected_version + 1, folded)
+            return replace(checkpoint, version=expected_version + 1, epoch=int(row[2]), meta=dict(checkpoint.meta))
 
     # --- run leases (local orchestrator) -----------------------------------------------------------
 
@@ -235,7 +280,7 @@ class SqliteCheckpointStore:
         query += " ORDER BY write_seq DESC LIMIT ?"
         with self._guard() as conn:
             rows = conn.execute(query, (*params, max(limit, 0))).fetchall()
-        return [_row_to_checkpoint(row) for row in rows]
+            return [self._decode(conn, row) for row in rows]
 
     def close(self) -> None:
         """Close the connection; a later call reopens it."""
@@ -278,6 +323,7 @@ class SqliteCheckpointStore:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.executescript(_SCHEMA)
+                _add_seq_column(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -310,15 +356,61 @@ class SqliteCheckpointStore:
                     conn.execute("ROLLBACK")
                 raise
 
-    @staticmethod
-    def _select(conn: sqlite3.Connection, run_id: str) -> Checkpoint:
+    def _select(self, conn: sqlite3.Connection, run_id: str) -> Checkpoint:
         row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise RunNotFoundError(run_id)
-        return _row_to_checkpoint(row)
+        return self._decode(conn, row)
 
-    @classmethod
-    def _raise_lost(cls, conn: sqlite3.Connection, run_id: str, expected: int, what: str) -> NoReturn:
+    def _decode(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> Checkpoint:
+        """The record of a head row, its state folded from the base and the records."""
+        run_id, version, base, seq = row[0], int(row[1]), row[6], int(row[8])
+        folded = self._cached(run_id, version)
+        if folded is None:
+            folded = self._fold(conn, run_id, base, seq)
+            self._remember(run_id, version, folded)
+        return _row_to_checkpoint(row, folded.text)
+
+    @staticmethod
+    def _fold(conn: sqlite3.Connection, run_id: str, base: str, seq: int) -> Folded:
+        """The state of a run whose head holds ``base`` and ``seq`` records (from the last full one)."""
+        if seq == 0:
+            return fold(base, ())
+        rows = conn.execute(
+            "SELECT seq, kind, body FROM run_records WHERE run_id = ? AND seq <= ? AND seq >= COALESCE("
+            "(SELECT MAX(seq) FROM run_records WHERE run_id = ? AND seq <= ? AND kind = 'full'), 1) ORDER BY seq",
+            (run_id, seq, run_id, seq),
+        ).fetchall()
+        if not rows or rows[-1][0] != seq or rows[-1][0] - rows[0][0] + 1 != len(rows):
+            raise CorruptCheckpointError(f"run {run_id!r}: checkpoint records are missing")
+        return fold(base, [(kind, body) for _, kind, body in rows])
+
+    @staticmethod
+    def _insert_record(conn: sqlite3.Connection, run_id: str, seq: int, record: tuple[str, str]) -> None:
+        conn.execute("INSERT INTO run_records (run_id, seq, kind, body) VALUES (?, ?, ?, ?)", (run_id, seq, *record))
+
+    def _cached(self, run_id: str, version: int) -> Folded | None:
+        # Called under the store's lock (every caller holds it through _guard or _transaction).
+        known = self._states.get(run_id)
+        return known[1] if known is not None and known[0] == version else None
+
+    def _remember(self, run_id: str, version: int, folded: Folded) -> None:
+        self._states[run_id] = (version, folded)
+        self._states.move_to_end(run_id)
+        while len(self._states) > _CACHE_RUNS:
+            self._states.popitem(last=False)
+
+    @staticmethod
+    def _raise_lost(conn: sqlite3.Connection, run_id: str, expected: int, what: str) -> NoReturn:
         """Explain a conditional write that matched no row: missing run, or stale version."""
-        current = cls._select(conn, run_id)  # raises RunNotFoundError
-        raise FencedError(f"run {run_id!r}: {what} expected version {expected}, found {current.version}")
+        row = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFoundError(run_id)
+        raise FencedError(f"run {run_id!r}: {what} expected version {expected}, found {row[0]}")
+
+
+def _add_seq_column(conn: sqlite3.Connection) -> None:
+    """Bring a data folder from before checkpoint records up to date (its rows keep their states)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    if "seq" not in columns:
+        conn.execute("ALTER TABLE runs ADD COLUMN seq INTEGER NOT NULL DEFAULT 0")

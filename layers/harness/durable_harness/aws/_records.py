@@ -1,0 +1,185 @@
+"""The DynamoDB items of a run's checkpoint: its head and its records, and how to read them in one go.
+
+The format is :mod:`durable_harness.storage.records`'s; on the runs table (``pk`` = run id)::
+
+    sk = "run"             the head (see DynamoCheckpointStore): counters, status, ``seq``, and the
+                           inline base ``state`` (or ``state_key``, an S3 object, for a record
+                           written before records existed)
+    sk = "run#00000001"... record ``seq``: ``kind`` ("full" / "delta"), ``body`` (S) or, over the
+                           store's ``offload_bytes``, ``body_key`` (an immutable S3 object);
+                           ``inc``, the incarnation that wrote it; ``expires_at``
+
+Also here: how the outcome of a conditional write or transaction on these items is read.
+
+Every ``sk`` of a run's checkpoint begins with ``run`` and the head sorts first, so one strongly
+consistent ``Query`` (paged past 1 MB) returns the head and then the records. A Query is not a
+snapshot: a record read after the head may belong to a later save or a later incarnation. Records
+past the head's ``seq`` are ignored (a save that committed after the head was read, or leftovers of
+an expired incarnation, overwritten as the new one writes its own ``seq``), and a record of
+another incarnation makes the caller read again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..errors import HarnessError, StorageError
+from ._errors import aws_errors, error_code, error_item, translate
+
+__all__ = [
+    "RUN_SK",
+    "StaleRead",
+    "cancel_item",
+    "cancel_reason",
+    "existing_item",
+    "from_last_full",
+    "meta_attr",
+    "n",
+    "num",
+    "query_run",
+    "record_item",
+    "record_sk",
+    "split_run",
+    "write_error",
+]
+
+RUN_SK = "run"
+# Why a transaction was cancelled, when a retry of the slice may well succeed.
+_TRANSIENT_CANCELLATIONS = frozenset(
+    {"None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
+)
+_RECORD_PREFIX = "run#"
+
+
+class StaleRead(Exception):
+    """The Query saw records of another incarnation than its head: read again."""
+
+
+def record_sk(seq: int) -> str:
+    """The sort key of record ``seq`` (zero-padded so that records sort in order)."""
+    return f"{_RECORD_PREFIX}{seq:08d}"
+
+
+def record_item(
+    run_id: str,
+    seq: int,
+    kind: str,
+    *,
+    body: str | None,
+    body_key: str | None,
+    inc: str | None,
+    expires_at: int | None,
+) -> dict[str, Any]:
+    """The item of one record: its body inline, or the key of the S3 object holding it."""
+    item: dict[str, Any] = {"pk": {"S": run_id}, "sk": {"S": record_sk(seq)}, "kind": {"S": kind}}
+    if body_key is not None:
+        item["body_key"] = {"S": body_key}
+    else:
+        item["body"] = {"S": body or ""}
+    if inc is not None:
+        item["inc"] = {"S": inc}
+    if expires_at is not None:
+        item["expires_at"] = {"N": str(expires_at)}
+    return item
+
+
+def query_run(client: Any, table: str, run_id: str) -> list[dict[str, Any]]:
+    """The head and every record item of ``run_id`` (strongly consistent; all pages)."""
+    items: list[dict[str, Any]] = []
+    request: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :run)",
+        "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+        "ExpressionAttributeValues": {":pk": {"S": run_id}, ":run": {"S": RUN_SK}},
+        "ConsistentRead": True,
+    }
+    with aws_errors(f"loading run {run_id!r}"):
+        while True:
+            page = client.query(**request)
+            items += page.get("Items", [])
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return items
+            request["ExclusiveStartKey"] = last
+
+
+def split_run(items: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The head item and its records ``1..seq`` in order; raises :class:`StaleRead` (see module).
+
+    Returns fewer records than ``seq`` when some are missing (expired): the caller decides.
+    """
+    head = next((item for item in items if item["sk"]["S"] == RUN_SK), None)
+    if head is None:
+        return None, []
+    seq = int(head["seq"]["N"]) if "seq" in head else 0
+    inc = head.get("inc", {}).get("S")
+    records: dict[int, dict[str, Any]] = {}
+    for item in items:
+        sk = item["sk"]["S"]
+        if not sk.startswith(_RECORD_PREFIX) or not sk[len(_RECORD_PREFIX) :].isdigit():
+            continue
+        number = int(sk[len(_RECORD_PREFIX) :])
+        if 1 <= number <= seq:
+            if item.get("inc", {}).get("S") != inc:
+                raise StaleRead(f"record {number} belongs to another incarnation")
+            records[number] = item
+    return head, [records[k] for k in sorted(records)]
+
+
+def from_last_full(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records a fold needs: from the last ``full`` one on (all of them if there is none)."""
+    for i in range(len(records) - 1, -1, -1):
+        if records[i]["kind"]["S"] == "full":
+            return records[i:]
+    return records
+
+
+def cancel_reason(exc: ClientError) -> str:
+    """The code the first write of a cancelled transaction failed with (the head comes first)."""
+    reasons = exc.response.get("CancellationReasons") or []
+    return str(reasons[0].get("Code")) if reasons else ""
+
+
+def cancel_item(exc: ClientError) -> dict[str, Any] | None:
+    """The item the first write of a cancelled transaction found (``ALL_OLD``), if any."""
+    reasons = exc.response.get("CancellationReasons") or []
+    item = reasons[0].get("Item") if reasons else None
+    return item if isinstance(item, dict) and item else None
+
+
+def existing_item(exc: ClientError) -> dict[str, Any] | None:
+    """The live head that made a create fail its condition (``None``: it failed otherwise)."""
+    code = error_code(exc)
+    if code == "ConditionalCheckFailedException":
+        return error_item(exc)
+    if code == "TransactionCanceledException" and cancel_reason(exc) == "ConditionalCheckFailed":
+        return cancel_item(exc)
+    return None
+
+
+def write_error(exc: ClientError, what: str) -> HarnessError:
+    """The domain error for a write that failed for another reason than its condition."""
+    if error_code(exc) == "TransactionCanceledException":
+        codes = {str(r.get("Code")) for r in exc.response.get("CancellationReasons") or []}
+        if codes <= _TRANSIENT_CANCELLATIONS:
+            return StorageError(f"{what}: transaction cancelled ({', '.join(sorted(codes - {'None'})) or 'no reason'})")
+        if "ConditionalCheckFailed" in codes:  # a condition failed without an item: cannot happen
+            return StorageError(f"{what}: the condition failed without an existing record")
+    return translate(exc, what)
+
+
+def n(value: int) -> dict[str, str]:
+    """A DynamoDB number attribute."""
+    return {"N": str(value)}
+
+
+def num(attr: dict[str, str]) -> int:
+    """The value of a DynamoDB number attribute."""
+    return int(attr["N"])
+
+
+def meta_attr(meta: dict[str, str]) -> dict[str, Any]:
+    """A record's ``meta`` as a DynamoDB map of strings."""
+    return {"M": {str(k): {"S": str(v)} for k, v in meta.items()}}

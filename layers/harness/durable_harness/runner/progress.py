@@ -1,0 +1,127 @@
+"""A slice's checkpoint writes: the chunks so far made durable together with the run's state.
+
+Every write is conditional on the version the slice holds and moves it on, so writes go out one at
+a time, in order. A harness checkpoint marked ``deferrable`` (it protects only work that can be
+redone, such as a model call) is held back: if the harness's next checkpoint comes within
+``grace`` seconds it supersedes the held one, which is never written; otherwise a timer writes it.
+A tool step whose tools are quick thus costs one write (its end), while a slow tool still runs
+with the model call behind it durable. A held checkpoint is not written, but the slice still checks
+that it holds the run (one small read of its version) before the harness goes on, so that a
+fenced-off or cancelled slice runs no further tool. ``grace=None`` waits for the next checkpoint
+however long it takes; ``grace=0`` writes every checkpoint at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..errors import FencedError
+from ..ports import Checkpoint, CheckpointStore
+from ..protocol.translate import StreamTranslator
+from ..storage.writer import ChunkWriter
+from .state import RunState, StreamContext, checkpoint_of
+
+__all__ = ["SliceProgress"]
+
+
+class SliceProgress:
+    """The checkpoint writes of one slice of ``state``, from the claimed record ``cp`` on."""
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        cp: Checkpoint,
+        state: RunState,
+        translator: StreamTranslator,
+        writer: ChunkWriter,
+        *,
+        grace: float | None,
+    ) -> None:
+        """Write ``state`` to ``store`` with the chunks of ``writer``; ``grace`` as in the module."""
+        self.store = store
+        self.cp = cp
+        self.state = state
+        self.translator = translator
+        self.writer = writer
+        self.grace = grace
+        self._held: asyncio.Task[None] | None = None
+        self._writing = False  # the held checkpoint's timer fired: its write may be under way
+
+    async def save(self, turn: Any) -> None:
+        """Make the chunks so far durable together with the harness's state ``turn``, now."""
+        await self.settle()
+        await self._write(self._snapshot(turn))
+
+    async def defer(self, turn: Any) -> None:
+        """As :meth:`save`, unless a later write supersedes it within the grace period.
+
+        Either way the slice must still hold the run before the harness goes on (to a tool, say):
+        if nothing is written now, a read of the run's version checks it (``FencedError`` if a
+        newer slice or a cancel has claimed the run), as the write would have.
+        """
+        await self.settle()
+        if self.grace == 0:
+            await self._write(self._snapshot(turn))
+            return
+        # As a write would: the chunks so far are durable (the log's fence checked) before the
+        # harness goes on, and nothing is in flight while the store is asked.
+        await self.writer.flush()
+        current = await asyncio.to_thread(self.store.version, self.cp.run_id)
+        if current != self.cp.version:
+            raise FencedError(f"run {self.cp.run_id!r}: expected version {self.cp.version}, found {current}")
+        if self.grace is None:
+            self._prepare(turn)  # only a later write will carry it
+        else:
+            record = self._snapshot(turn)  # the state as it is now, whatever happens meanwhile
+            self._writing = False
+            self._held = asyncio.get_running_loop().create_task(self._write_later(record), name="held-checkpoint")
+
+    async def commit(self) -> None:
+        """Write ``state`` as it stands (the runner set it up: a terminal state)."""
+        await self.settle()
+        await self._write(checkpoint_of(self.state, self.cp))
+
+    async def settle(self) -> None:
+        """Drop the held checkpoint, or, if its write has begun, wait for it (raising its error)."""
+        task, self._held = self._held, None
+        if task is None:
+            return
+        if not self._writing:
+            task.cancel()
+        await asyncio.wait([task])
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
+
+    async def close(self) -> None:
+        """End the slice's writes: a held checkpoint is dropped (a write under way is waited for)."""
+        task, self._held = self._held, None
+        if task is None:
+            return
+        if not self._writing:
+            task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the slice has ended (or failed) anyway
+
+    def _prepare(self, turn: Any) -> None:
+        state = self.state
+        state.turn, state.input_messages, state.continuation = turn, [], None
+        state.status = "ready_for_next_step"
+        # Every chunk written so far belongs to this state: the write flushes them first.
+        state.stream = StreamContext(translator=self.translator.state, chunk_count=self.writer.end)
+
+    def _snapshot(self, turn: Any) -> Checkpoint:
+        self._prepare(turn)
+        return checkpoint_of(self.state, self.cp)
+
+    async def _write_later(self, record: Checkpoint) -> None:
+        assert self.grace is not None
+        await asyncio.sleep(self.grace)
+        self._writing = True
+        await self._write(record)
+
+    async def _write(self, record: Checkpoint) -> None:
+        await self.writer.flush()
+        self.cp = await asyncio.to_thread(self.store.save, record, self.cp.version)

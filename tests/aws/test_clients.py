@@ -1,0 +1,78 @@
+"""Client construction: botocore clients from one shared session, no boto3, EventBridge on first use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from durable_harness.aws import clients, runtime
+from durable_harness.aws.clients import LazyClient, make_client
+from durable_harness.runner.state import RunState
+
+from tests.aws.conftest import BUCKET, REGION, TABLE
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = {"RUNS_TABLE": TABLE, "CHUNK_BUCKET": BUCKET, "AWS_REGION": REGION,
+       "STATE_MACHINE_ARN": f"arn:aws:states:{REGION}:123456789012:stateMachine:runs"}  # fmt: skip
+
+
+def test_clients_without_a_session_share_one_botocore_session(aws: None) -> None:
+    first, second = make_client("dynamodb", region=REGION), make_client("s3", region=REGION)
+    assert type(first).__module__ == "botocore.client"
+    assert first is not second
+    # One loader: the endpoint data and the models each client needs are parsed once per process.
+    assert first._loader is second._loader is clients._session.get_component("data_loader")
+
+
+def test_a_lazy_client_is_made_on_first_use_only_and_once() -> None:
+    made: list[str] = []
+
+    class Client:
+        def put_events(self, **kwargs: Any) -> dict[str, Any]:
+            return {"FailedEntryCount": 0, "Entries": [kwargs]}
+
+    def make() -> Client:
+        made.append("client")
+        return Client()
+
+    lazy = LazyClient(make)
+    assert made == []
+    assert lazy.put_events(Entries=1)["Entries"] == [{"Entries": 1}]
+    lazy.put_events(Entries=2)
+    assert made == ["client"]
+
+
+def test_the_runtime_makes_the_events_client_when_it_first_publishes(
+    ddb: Any, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services: list[str] = []
+    real = runtime.client_for
+
+    def recording(service: str, **kwargs: Any) -> Any:
+        services.append(service)
+        return real(service, **kwargs)
+
+    monkeypatch.setattr(runtime, "client_for", recording)
+    built = runtime.build_runtime({**ENV, "EVENT_BUS_NAME": "default"})
+    assert {"dynamodb", "s3", "stepfunctions"} <= set(services) and "events" not in services
+    assert built.events is not None
+    state = RunState(run_id="wrun_0123456789abcdefghjkmnpqrs", session_id="s", message_id="m", status="finished")
+    built.events.publish(state, "Run Started")  # moto's EventBridge accepts both
+    built.events.publish(state, "Run Finished")
+    assert services.count("events") == 1  # made by the first publish, then kept
+
+
+def test_the_runtime_imports_no_boto3() -> None:
+    code = (
+        "import json, sys\n"
+        "from durable_harness.aws.runtime import build_runtime\n"
+        f"build_runtime({ENV!r} | {{'EVENT_BUS_NAME': 'bus'}})\n"
+        "print(json.dumps([m for m in ('boto3', 's3transfer') if m in sys.modules]))\n"
+    )
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    assert json.loads(done.stdout) == []

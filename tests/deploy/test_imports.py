@@ -1,0 +1,119 @@
+"""What the deployed functions import: only what they run (the local kit, SQLite, boto3, uvicorn and
+the client-side reducer stay out of their cold start), while every public name still resolves; and the
+chat function's process, started as the Lambda Web Adapter starts it."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from .cfn import ROOT, Resolver, function_properties, load_template
+
+TEMPLATE = load_template()
+
+LOCAL_ONLY = [
+    "sqlite3",
+    "boto3",
+    "s3transfer",
+    "uvicorn",
+    "durable_harness.storage.sqlite",
+    "durable_harness.storage.files",
+    "durable_harness.runner.local",
+    "durable_harness.server.local",
+    "durable_harness.protocol.assemble",
+    "durable_harness.harness.process",
+]
+"""Modules no deployed function needs at import."""
+
+
+def function_env(logical_id: str) -> dict[str, str]:
+    """The function's environment as the template sets it (dummy resource names, no AWS reached)."""
+    resolver = Resolver(TEMPLATE, {"AuthTokenHashes": "t:" + hashlib.sha256(b"t").hexdigest()})
+    resolver.physical |= {"RunsTable": "runs", "ChunkBucket": "chunks", "ApprovalSecret": "secret"}
+    props = function_properties(TEMPLATE, logical_id)
+    variables = resolver.resolve(props.get("Environment", {}).get("Variables", {}))
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    return env | {k: str(v) for k, v in variables.items()} | {
+        "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "x", "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_DATA_PATH": "",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "functions" / function_dir(logical_id)),
+                                       str(ROOT / "layers" / "harness")]),
+    }  # fmt: skip
+
+
+def function_dir(logical_id: str) -> str:
+    return str(function_properties(TEMPLATE, logical_id)["CodeUri"]).rstrip("/").split("/")[-1]
+
+
+@pytest.mark.parametrize("logical_id", ["ChatFunction", "SliceFunction", "FinalizerFunction", "TriggerFunction"])
+def test_a_function_imports_nothing_of_the_local_kit(logical_id: str) -> None:
+    load = "import serve; serve.load()" if logical_id == "ChatFunction" else "import app"  # as run.sh / Lambda do
+    code = (
+        "import json, sys\n"
+        f"{load}\n"
+        "import app\n"
+        "getattr(app, '_runtime', lambda: None)()  # the first invocation's setup too\n"
+        f"print(json.dumps([m for m in {LOCAL_ONLY!r} if m in sys.modules]))\n"
+    )
+    env = function_env(logical_id)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize(
+    "package",
+    ["durable_harness", "durable_harness.aws", "durable_harness.harness", "durable_harness.protocol",
+     "durable_harness.runner", "durable_harness.server", "durable_harness.storage", "durable_harness.telemetry"],
+)  # fmt: skip
+def test_every_exported_name_resolves(package: str) -> None:
+    module = importlib.import_module(package)
+    names = [n for n in module.__all__ if n != "PydanticAIHarness" or importlib.util.find_spec("pydantic_ai")]
+    for name in names:
+        assert getattr(module, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        module.nope  # noqa: B018
+
+
+def test_the_chat_process_starts_serves_and_stops_as_the_adapter_expects() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = function_env("ChatFunction") | {"AWS_LWA_PORT": str(port)}
+    script = ROOT / "functions" / "chat" / "run.sh"
+    env["LAMBDA_TASK_ROOT"] = str(script.parent)
+    env["PYTHONPATH"] = str(ROOT / "layers" / "harness")  # run.sh puts the task root first, then /opt/python
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}"  # `python` is this interpreter
+    process = subprocess.Popen(["bash", str(script)], env=env, cwd=script.parent, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the adapter's readiness check: GET /health until it answers
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the chat process did not start listening"
+                time.sleep(0.05)
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        with httpx.Client() as client:  # an API call without the token: the app's own 401, over keep-alive
+            answers = [client.post(f"http://127.0.0.1:{port}/api/chat", content=b"{}") for _ in range(2)]
+        assert [r.status_code for r in answers] == [401, 401]
+        assert answers[0].json()["error"]["code"] == "unauthorized"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

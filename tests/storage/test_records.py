@@ -1,0 +1,131 @@
+"""The checkpoint record format every store shares: deltas, folding, and what a save writes."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from durable_harness.errors import CorruptCheckpointError
+from durable_harness.storage.records import INLINE_BYTES, OPAQUE, Folded, diff, dumps, fold, parse, patch, plan_save
+
+
+def roundtrip(old: Any, new: Any) -> Any:
+    """``new`` as a store puts it together again: ``old`` plus the serialized delta."""
+    ops = json.loads(dumps(diff(old, new)))
+    return patch(json.loads(dumps(old)), ops)
+
+
+def test_a_history_that_grows_costs_a_delta_the_size_of_what_was_added() -> None:
+    old = {"messages": [{"role": "user", "text": "x" * 5_000}], "step": 1}
+    new = {"messages": [*old["messages"], {"role": "assistant", "text": "hi"}], "step": 2}
+    ops = diff(old, new)
+    assert ops == [["t", ["messages"], 1, [{"role": "assistant", "text": "hi"}]], ["s", ["step"], 2]]
+    assert roundtrip(old, new) == new
+
+
+def test_the_last_element_changed_in_place_is_patched_not_rewritten() -> None:
+    old = {"messages": [{"content": ["a" * 1_000]}, {"content": ["b"]}]}
+    new = {"messages": [{"content": ["a" * 1_000]}, {"content": ["b", "c"]}, {"content": ["d"]}]}
+    ops = diff(old, new)
+    assert len(dumps(ops)) < 100
+    assert roundtrip(old, new) == new
+
+
+def test_numbers_and_booleans_keep_their_json_types() -> None:
+    old = {"a": 1, "b": [True, 1.0], "c": {"d": 0}}
+    new = {"a": 1.0, "b": [1, 1], "c": {"d": False}}
+    assert dumps(roundtrip(old, new)) == dumps(new)
+
+
+def test_random_edits_round_trip() -> None:
+    rng = random.Random(7)
+
+    def value(depth: int = 0) -> Any:
+        roll = rng.random()
+        if depth > 3 or roll < 0.3:
+            return rng.choice([0, 1, 1.5, True, False, None, "", "a", "1"])
+        if roll < 0.65:
+            return {rng.choice("abcde"): value(depth + 1) for _ in range(rng.randint(0, 4))}
+        return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+
+    def edit(v: Any) -> Any:
+        v = json.loads(dumps(v))
+        if isinstance(v, dict):
+            if v and rng.random() < 0.3:
+                del v[rng.choice(list(v))]
+            key = rng.choice("abcdef")
+            v[key] = edit(v[key]) if key in v and rng.random() < 0.5 else value(1)
+        elif isinstance(v, list):
+            roll = rng.random()
+            if roll < 0.4:
+                v.append(value(1))
+            elif roll < 0.6 and v:
+                v.pop()
+            elif v:
+                i = rng.randrange(len(v))
+                v[i] = edit(v[i])
+            else:
+                v.insert(0, value(1))
+        else:
+            return value()
+        return v
+
+    for _ in range(2_000):
+        old = {"root": value()}
+        new = edit(old)
+        # Key order may differ (a key set again goes last); values and JSON types may not.
+        assert json.dumps(roundtrip(old, new), sort_keys=True) == json.dumps(new, sort_keys=True)
+
+
+def test_fold_applies_deltas_after_the_last_full_record() -> None:
+    records = [
+        ("full", '{"n":[1]}'),
+        ("delta", dumps(diff({"n": [1]}, {"n": [1, 2]}))),
+        ("full", '{"other" : true}'),
+        ("delta", dumps(diff({"other": True}, {"other": True, "n": [3]}))),
+    ]
+    assert json.loads(fold("ignored", records).text) == {"other": True, "n": [3]}
+    assert fold('{"kept" :  1}', []).text == '{"kept" :  1}'  # a base or full record: the text as saved
+    assert fold(None, records[:3]).text == '{"other" : true}'
+
+
+@pytest.mark.parametrize(
+    "base, records",
+    [
+        (None, [("delta", "[]")]),  # nothing to apply it to
+        ('{"a":1}', [("delta", '[["t",["a"],0,[]]]')]),  # not a list
+        ('{"a":1}', [("delta", '[["d",["b"]]]')]),  # no such key
+        ('{"a":1}', [("delta", "not json")]),
+        ('{"a":1}', [("weird", "{}")]),
+        ("not json", [("delta", "[]")]),
+    ],
+)
+def test_records_that_do_not_apply_are_a_clear_error(base: str | None, records: list[tuple[str, str]]) -> None:
+    with pytest.raises(CorruptCheckpointError):
+        fold(base, records)
+
+
+def test_what_a_save_writes() -> None:
+    small, big = '{"s":1}', dumps({"history": ["x" * 100] * 20})
+    bigger = dumps({"history": ["x" * 100] * 21})
+    # A run without records keeps a small state inline.
+    plan, _ = plan_save(Folded(small, parse(small)), '{"s":2}', seq=0, base_bytes=len(small))
+    assert plan.inline == '{"s":2}' and plan.record is None
+    # A state bigger than INLINE_BYTES becomes a record: a delta when that is smaller.
+    plan, folded = plan_save(Folded(big, parse(big)), bigger, seq=0, base_bytes=len(small))
+    assert plan.record is not None and plan.record[0] == "delta" and len(plan.record[1]) < 200
+    assert folded == Folded(bigger, json.loads(bigger)) and not plan.drop_base
+    # Nothing changed: only the head moves.
+    plan, _ = plan_save(Folded(bigger, parse(bigger)), bigger, seq=3, base_bytes=0)
+    assert plan.record is None and plan.inline is None
+    # A state unlike the last (or not JSON) is written whole, superseding an inline base.
+    plan, _ = plan_save(Folded(big, parse(big)), dumps({"other": "y" * 1_000}), seq=3, base_bytes=40)
+    assert plan.record is not None and plan.record[0] == "full" and plan.drop_base
+    text = "not json " * 100
+    plan, folded = plan_save(Folded(big, parse(big)), text, seq=3, base_bytes=0)
+    assert plan.record == ("full", text) and folded.value is OPAQUE
+    # A whole state left in the head by the previous format is replaced by a full record once.
+    plan, _ = plan_save(Folded(bigger, parse(bigger)), bigger[:-2] + ',"x"]}', seq=0, base_bytes=INLINE_BYTES + 1)
+    assert plan.record is not None and plan.record[0] == "full" and plan.drop_base
