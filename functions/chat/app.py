@@ -1,7 +1,10 @@
 """Entry point of the chat function: the ASGI app (served by serve.py, behind the Lambda Web Adapter).
 
 Deployed (``RUNS_TABLE`` set by the template) it serves the AWS runtime: run records in DynamoDB,
-the chunk log in S3, runs driven by the Step Functions state machine. CORS is answered by the
+the chunk log in S3, runs driven by the Step Functions state machine. A chat POST runs the new
+run's first slice in this function and streams it from the commit signal, handing the run over to
+the state machine at its end (decision D14, ``durable_harness.server.inline``;
+``INLINE_FIRST_SLICE=0`` leaves every slice to the slice function). CORS is answered by the
 Function URL (its ``Cors`` settings), so the app adds no CORS headers of its own there.
 
 Locally (no ``RUNS_TABLE``) it serves the local kit: embedded storage in ``DATA_DIR``, the agent
@@ -33,24 +36,43 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
             authenticator=authenticator_from_env(env, default_mode="none", local=True),
         ).app
 
+    from durable_harness.aws.events import announce_slice
     from durable_harness.aws.runtime import build_runtime
     from durable_harness.runner.runner import Runner
+    from durable_harness.server.inline import InlineSlices
+    from durable_harness.server.notifier import CommitSignal
     from durable_harness.server.service import ChatService
 
     runtime = build_runtime(env)
-    runner = Runner(agent, runtime.store, runtime.log, flush_interval=float(env.get("STREAM_FLUSH_SECONDS", "0.07")))
-    # No in-process commit signal across functions: a follower reads the log's new items with one
-    # Query when the writer's next flush is due, or every 50 ms until it knows, backing off to 1 s
-    # while the run is quiet.
+    signal = CommitSignal()  # the commits of the first slices this function runs itself
+    flush = float(env.get("STREAM_FLUSH_SECONDS", "0.07"))
+    runner = Runner(agent, runtime.store, runtime.log, flush_interval=flush, on_commit=signal.notify)
+    # A run written elsewhere (by the slice function) is followed by reading the log's new items
+    # with one Query when the writer's next flush is due, or every 50 ms until it knows, backing
+    # off to 1 s while the run is quiet.
+    window = float(env.get("STREAM_WINDOW_SECONDS", "840"))
     config = ServiceConfig(
-        stream_window_seconds=float(env.get("STREAM_WINDOW_SECONDS", "840")),
+        stream_window_seconds=window,
         poll_seconds=float(env.get("STREAM_POLL_SECONDS", "0.05")),
         idle_poll_seconds=1.0,
     )
     events = runtime.events
-    # "Run Cancelled" is the one lifecycle event the chat function causes (slices announce the rest).
+    inline = None
+    if env.get("INLINE_FIRST_SLICE", "1") != "0" and runtime.handover is not None:
+        # The slice must end before the response window does (a step may overrun the budget: the
+        # same minute the slice function keeps back before its timeout).
+        budget = max(0.0, min(float(env.get("SLICE_SECONDS", "600")), window - 60.0))
+        inline = InlineSlices(
+            runner,
+            runtime.handover,
+            signal,
+            budget_seconds=budget,
+            on_slice=lambda before, state: announce_slice(events, before, state, runner.result),
+        )
+    # "Run Cancelled" is a lifecycle event the chat function causes; slices (its own first ones
+    # included) announce the rest.
     announce = events.publish if events is not None else None
-    service = ChatService(runner, runtime.orchestrator, config=config, announce=announce)
+    service = ChatService(runner, runtime.orchestrator, signal=signal, config=config, announce=announce, inline=inline)
     return ChatApp(
         service,
         authenticator=authenticator_from_env(env, default_mode="token"),

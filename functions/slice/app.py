@@ -25,11 +25,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from durable_harness.aws.events import EventPublisher, kind_for_status
+from durable_harness.aws.events import announce_slice
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.aws.tracing import capture_lambda_handler
 from durable_harness.cli import DEFAULT_AGENT, load_agent
-from durable_harness.errors import FencedError, HarnessError, RetryableError
+from durable_harness.errors import FencedError, RetryableError
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState
 
@@ -61,30 +61,6 @@ def slice_budget(context: LambdaContext | None) -> float:
     return max(0.0, budget)
 
 
-def _announce(events: EventPublisher | None, runner: Runner, before: str, state: RunState) -> None:
-    """Publish the lifecycle events of this slice's status change (best effort); "Run Finished"
-    carries a summary of the result."""
-    if events is None:
-        return
-    kinds = ["Run Started"] if before == "not_started" else []
-    if state.status != before and (kind := kind_for_status(state.status)):
-        kinds.append(kind)
-    for kind in kinds:
-        try:
-            events.publish(state, kind, _result(runner, state) if kind == "Run Finished" else None)
-        except HarnessError as exc:  # a lost notification must not fail (and so repeat) the slice
-            logger.warning("could not publish a lifecycle event", extra={"kind": kind, "reason": str(exc)})
-
-
-def _result(runner: Runner, state: RunState) -> dict[str, Any] | None:
-    """The run's result for the event's summary; None (an event without it) if it cannot be built."""
-    try:
-        return runner.result(state)
-    except Exception:  # the event matters more than its summary, and the run has ended already
-        logger.exception("could not summarize the run's result for its event")
-        return None
-
-
 async def _run_slice(runner: Runner, run_id: str, budget: float) -> tuple[str, RunState]:
     before = (await asyncio.to_thread(runner.load, run_id)).status
     return before, await runner.run_slice(run_id, budget_seconds=budget)
@@ -109,5 +85,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="SliceRetries", unit=MetricUnit.Count, value=1)
         raise RetryableSliceError(str(exc)) from exc
     logger.info("slice done", extra={"before": before, "status": state.status, "slices": state.slices})
-    _announce(runtime.events, runner, before, state)
+    announce_slice(runtime.events, before, state, runner.result)  # best effort
     return {"runId": run_id, "status": state.status, "slices": state.slices}

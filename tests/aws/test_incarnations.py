@@ -15,7 +15,7 @@ from durable_harness.errors import FencedError, RetryableError, RunExistsError, 
 from durable_harness.ids import new_run_id
 from durable_harness.ports import Checkpoint
 
-from tests.aws.conftest import BUCKET, REGION, TABLE, Fault
+from tests.aws.conftest import BUCKET, REGION, TABLE, Fault, RequestCounter
 from tests.aws.test_stepfunctions import ASL, executions
 
 DAY = 86400
@@ -290,3 +290,36 @@ def test_a_create_cancelled_by_a_conflicting_transaction_is_retryable_and_writes
     store.create(record(run_id))  # the retry goes through
     found = items(ddb, run_id)
     assert set(found) == {"run", *log_keys(found)} and [k[-2:] for k in log_keys(found)] == ["#~"]
+
+
+def test_a_log_created_here_is_opened_without_a_look_at_its_top(ddb: Any, s3: Any) -> None:
+    log = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET)
+    store = DynamoCheckpointStore(TABLE, client=ddb, on_created=log.note_fresh)
+    run_id = new_run_id()
+    store.create(record(run_id))
+    counter = RequestCounter(ddb, s3)
+    assert log.open(run_id, 1) == 0
+    assert "Query" not in counter.counts  # the creation told it the incarnation: only the fence is written
+    log.append(run_id, 0, [*chunks("a", 2), finish()], 1)
+    other = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET)
+    assert other.read(run_id, 0) == [*chunks("a", 2), finish()]
+    incarnation = store.incarnation(run_id)
+    assert incarnation is not None and all(incarnation in key for key in log_keys(items(ddb, run_id)))
+
+
+@pytest.mark.parametrize("epoch", [1, 3])
+def test_a_log_created_here_but_written_elsewhere_since_is_still_fenced(ddb: Any, s3: Any, epoch: int) -> None:
+    log = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET)
+    store = DynamoCheckpointStore(TABLE, client=ddb, on_created=log.note_fresh)
+    run_id = new_run_id()
+    store.create(record(run_id))
+    elsewhere = DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET)  # another process
+    assert elsewhere.open(run_id, 2) == 0
+    elsewhere.append(run_id, 0, chunks("b", 3), 2)
+    if epoch < 2:  # an older writer: fenced off by the newer one's items
+        with pytest.raises(FencedError):
+            log.open(run_id, epoch)
+    else:  # a newer one: opens at the true end, not at the empty log it was told of
+        assert log.open(run_id, epoch) == 3
+        log.append(run_id, 3, [finish()], epoch)
+        assert elsewhere.read(run_id, 0) == [*chunks("b", 3), finish()]

@@ -10,7 +10,12 @@ the slice that ends the turn). :data:`CONTROL` injects trouble into the second s
   timeout or out of memory; see ``stack.SandboxKilled``) that many times;
 * ``fatal``: the model raises an unexpected exception whose message holds a "secret" that must
   never reach the client;
-* ``gate``: the step waits until the test opens the gate (to cancel a run mid-slice).
+* ``gate``: the step waits until the test opens the gate (to cancel a run mid-slice);
+* ``hang`` (with ``gate``): in that function only (a logical id, e.g. ``"ChatFunction"``), the
+  step streams part of itself and then waits for the gate: a function that died mid-step. Opened
+  later, it goes on like a process that wakes up after it was taken over;
+* ``crash_in``: in that function only, the step streams part of itself and then raises an
+  unexpected error (a bug the function itself survives).
 
 The handlers run in this process (on moto's Step Functions worker threads), so this module's
 state is shared with the test.
@@ -32,7 +37,7 @@ from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
 from pydantic import BaseModel
 
-from .stack import SandboxKilled
+from .stack import ACTOR, SandboxKilled
 
 SECRET = "hunter2-database-password"
 ANSWER = "Alpha and beta are both in stock."
@@ -46,6 +51,8 @@ class Control:
     sandbox_kills: int = 0
     fatal: bool = False
     gate: threading.Event | None = None
+    hang: str | None = None
+    crash_in: str | None = None
     entered_gate: threading.Event = field(default_factory=threading.Event)
     executions: Counter[str] = field(default_factory=Counter)
     model_calls: Counter[int] = field(default_factory=Counter)
@@ -79,11 +86,22 @@ def lookup(input: Item) -> dict[str, str]:
 
 async def _second_step() -> AsyncIterator[ModelStreamPart]:
     parts = tool_calls_step(("c2", "lookup", {"name": "beta"}), text="Now beta.")
-    if CONTROL.gate is not None:
-        CONTROL.entered_gate.set()
-        deadline = time.monotonic() + 20
-        while not CONTROL.gate.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+    if CONTROL.crash_in is not None and ACTOR.get() == CONTROL.crash_in:
+        for part in parts[:3]:
+            yield part
+        await asyncio.sleep(0.3)  # those chunks are committed
+        raise RuntimeError("an unexpected error in the middle of a step")
+    if CONTROL.hang is not None:
+        if ACTOR.get() == CONTROL.hang:
+            for part in parts[:3]:  # some of the step reaches the log
+                yield part
+            await asyncio.sleep(0.3)  # past the group-commit interval: those chunks are committed
+            await _wait_for_gate()
+            for part in parts[3:]:
+                yield part
+            return
+    elif CONTROL.gate is not None:
+        await _wait_for_gate()
     if CONTROL.fatal:
         raise RuntimeError(f"cannot reach the database with password {SECRET}")
     if CONTROL.retryable_crashes > 0 or CONTROL.sandbox_kills > 0:
@@ -100,6 +118,14 @@ async def _second_step() -> AsyncIterator[ModelStreamPart]:
         raise StorageError("simulated throttling while streaming")
     for part in parts:
         yield part
+
+
+async def _wait_for_gate() -> None:
+    assert CONTROL.gate is not None
+    CONTROL.entered_gate.set()
+    deadline = time.monotonic() + 20
+    while not CONTROL.gate.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
 
 
 def _script(request: ModelRequest, index: int) -> AsyncIterator[ModelStreamPart]:

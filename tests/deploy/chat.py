@@ -58,8 +58,19 @@ def with_path(event: dict[str, Any], path: str, query: str = "") -> dict[str, An
     return event
 
 
-async def call(app: Any, event: dict[str, Any]) -> Response:
-    """Serve one Function URL event with the ASGI ``app``; the whole (streamed) response."""
+async def call(
+    app: Any,
+    event: dict[str, Any],
+    *,
+    response: Response | None = None,
+    disconnect: asyncio.Event | None = None,
+    timeout: float = 30,
+) -> Response:
+    """Serve one Function URL event with the ASGI ``app``; the whole (streamed) response.
+
+    ``response`` is filled as the response streams (a test watches it while the call runs);
+    setting ``disconnect`` makes the client go away (the app receives ``http.disconnect``).
+    """
     http = event["requestContext"]["http"]
     raw = event.get("body") or ""
     body = base64.b64decode(raw) if event.get("isBase64Encoded") else raw.encode()
@@ -80,15 +91,16 @@ async def call(app: Any, event: dict[str, Any]) -> Response:
         "client": (http.get("sourceIp", "127.0.0.1"), 0),
         "server": ("127.0.0.1", 8000),
     }
-    response = Response()
+    response = response if response is not None else Response()
     sent = False
+    gone = disconnect if disconnect is not None else asyncio.Event()
 
     async def receive() -> dict[str, Any]:
         nonlocal sent
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(3600)  # the client stays connected
+        await gone.wait()  # the client stays connected until the test says otherwise
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
@@ -101,7 +113,7 @@ async def call(app: Any, event: dict[str, Any]) -> Response:
     # The app's AWS calls are the chat function's (for the IAM check).
     ctx = contextvars.copy_context()
     ctx.run(ACTOR.set, "ChatFunction")
-    await asyncio.wait_for(asyncio.get_running_loop().create_task(app(scope, receive, send), context=ctx), 30)
+    await asyncio.wait_for(asyncio.get_running_loop().create_task(app(scope, receive, send), context=ctx), timeout)
     return response
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.messages import TextPart, UserMessage
+from durable_harness.protocol.assemble import assemble_ui_message
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState
 
@@ -44,6 +45,18 @@ def state_of(stack: MotoStack, run_id: str) -> RunState:
 def types(chunks: list[dict[str, Any]]) -> list[str]:
     """The chunk types, in order."""
     return [c["type"] for c in chunks]
+
+
+def assert_complete_turn(chunks: list[dict[str, Any]]) -> None:
+    """The whole scripted turn, once: two tool steps and the answer, ``finish`` last."""
+    names = types(chunks)
+    assert names[0] == "start" and names.count("start") == 1
+    assert names[-1] == "finish" and chunks[-1].get("finishReason") == "stop"
+    assert names.count("finish") == 1
+    message = assemble_ui_message(chunks)
+    tools = [(p["toolCallId"], p["state"]) for p in message["parts"] if p["type"].startswith("tool-")]
+    assert tools == [("c1", "output-available"), ("c2", "output-available")]
+    assert message["parts"][-1]["type"] == "text" and message["parts"][-1]["text"] == agents.ANSWER
 
 
 def wait_until(condition: Any, timeout: float = 20.0, what: str = "condition") -> None:

@@ -30,6 +30,10 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   :func:`repair_lambda_unknown` names it as AWS does. A handler raising :class:`SandboxKilled`
   makes the invoke patch answer like such a killed sandbox.
 * no Lambda execution without Docker: the in-process invoke patch above.
+* a stop that comes while a state is in flight (a task waiting for a callback, which moto ends
+  only at its next heartbeat or its timeout; a task being entered) ends the execution ``FAILED``
+  when that state then fails (AWS: ``ABORTED``, at once). :func:`repair_errors_after_stop` keeps
+  it ``ABORTED``; a short heartbeat keeps the callback case quick.
 * EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
   ``send_to_targets``): :mod:`.eventbridge` delivers to them as EventBridge does (retry policy,
   dead-letter queue). ``TestEventPattern`` is not implemented: tests match the sample event
@@ -62,15 +66,19 @@ from unittest import mock
 
 import boto3
 import botocore.client
+import botocore.exceptions
 from moto import mock_aws
 from moto.awslambda.exceptions import LambdaClientError
 from moto.awslambda.models import LambdaFunction
 from moto.secretsmanager.models import secretsmanager_backends
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service_aws_sdk,
     state_task_service_lambda,
     state_task_service_sfn,
 )
+from moto.stepfunctions.parser.asl.eval.environment import Environment
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 
 from .cfn import NO_VALUE, ROOT, Resolver, function_properties, load_template
 from .eventbridge import LambdaTargets
@@ -168,6 +176,40 @@ def repair_sfn_start_execution() -> Any:
     return mock.patch.object(state_task_service_sfn.StateTaskServiceSfn, "_normalise_parameters", normalise)
 
 
+def repair_errors_after_stop() -> Any:
+    """Patch moto so that a stopped execution ends ``ABORTED`` whatever its state was doing.
+
+    moto's interpreter notices a stop between states; an error raised by the state in flight after
+    the stop (a callback wait that ends with no outcome, a task entered just as the stop came)
+    replaces the stopped state, and the execution ends ``FAILED``. On AWS a stopped execution is
+    ``ABORTED``. Here an error after a stop leaves the stop as it is.
+    """
+    original = Environment.set_error
+
+    def set_error(self: Any, error: Any) -> None:
+        if isinstance(self._program_state, ProgramStopped):
+            return
+        original(self, error)
+
+    return mock.patch.object(Environment, "set_error", set_error)
+
+
+def attribute_sdk_tasks() -> Any:
+    """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) so that the calls it makes
+    are recorded as the state machine's (its role's policies are what IAM holds them against)."""
+    service = state_task_service_aws_sdk.StateTaskServiceAwsSdk
+    original = service._eval_service_task
+
+    def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = ACTOR.set("RunStateMachine")
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            ACTOR.reset(token)
+
+    return mock.patch.object(service, "_eval_service_task", evaluate)
+
+
 class SandboxKilled(Exception):
     """Raised by a test agent to stand for Lambda killing the sandbox mid-invocation (a timeout or
     out of memory): the invoke patch then answers as Lambda does, a function error without an
@@ -220,6 +262,10 @@ class MotoStack:
         self.async_invoke_faults: dict[str, list[str]] = {}
         """Per function: error codes its next asynchronous invocations fail with (Lambda's answer
         to the ``Invoke`` call itself, e.g. a throttle), one per invocation."""
+        self.api_faults: dict[tuple[str, str], list[str]] = {}
+        """Per (actor, operation), e.g. ``("ChatFunction", "StartExecution")``: error codes its next
+        calls fail with, one per call, after botocore's own retries (a code ending in ``*`` stays:
+        every later call fails with it)."""
         self._suffix = uuid.uuid4().hex[:12].upper()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -233,6 +279,8 @@ class MotoStack:
             mock.patch.object(botocore.client.BaseClient, "_make_api_call", self._recording_api_call()),
             repair_sfn_start_execution(),
             repair_lambda_unknown(),
+            attribute_sdk_tasks(),
+            repair_errors_after_stop(),
             self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")
@@ -534,6 +582,11 @@ class MotoStack:
             if actor != "harness":
                 prefix = client.meta.service_model.signing_name
                 stack.calls.append(Call(actor, *iam_request(prefix, operation_name, api_params, stack)))
+            faults = stack.api_faults.get((actor or "", operation_name))
+            if faults:
+                code = faults[0].rstrip("*") if faults[0].endswith("*") else faults.pop(0)
+                error = {"Error": {"Code": code, "Message": f"simulated {code}"}, "ResponseMetadata": {}}
+                raise botocore.exceptions.ClientError(error, operation_name)  # type: ignore[arg-type]
             return original(client, operation_name, api_params)
 
         return recording

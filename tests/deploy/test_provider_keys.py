@@ -1,5 +1,6 @@
 """Every provider deployable: ``openai:`` and ``anthropic:`` models get their API keys from Secrets
-Manager secrets named by template parameters, which only the slice function may read.
+Manager secrets named by template parameters, which only the functions that run slices may read: the
+slice function, and the chat function (it runs each chat run's first slice itself, decision D14).
 
 The deployed run talks to a real HTTP server on loopback that replays recorded Chat Completions
 streams (the ones of tests/models/test_openai.py) and records each request's headers: no OpenAI
@@ -28,6 +29,8 @@ from .stack import ACCOUNT, ACTOR, REGION, MotoStack, allowed
 KEY = "sk-proj-deployed-0123456789abcdefSECRETKEY"
 TEMPLATE = load_template()
 SLICE_ENV = TEMPLATE["Resources"]["SliceFunction"]["Properties"]["Environment"]["Variables"]
+CHAT_ENV = TEMPLATE["Resources"]["ChatFunction"]["Properties"]["Environment"]["Variables"]
+RUNS_SLICES = ("ChatFunction", "SliceFunction")
 
 # The recorded tool-call stream, with only its get_weather call (the agent has no get_time tool).
 WEATHER_STREAM = b"\n\n".join(e for e in TOOLS_STREAM.split(b"\n\n") if b'"tool_calls":[{"index":1' not in e)
@@ -82,11 +85,17 @@ async def test_a_deployed_openai_run_sends_the_key_it_read_from_secrets_manager(
     provider: tuple[RecordedProvider, str],
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stack, (server, _) = openai_stack, provider
     secret_arn = stack.resolver.parameters["OpenAIApiKeySecretArn"]
     with stack.function_env("ChatFunction"):
         app = load_chat_app()
+    # This process stands for the chat function while it serves the POST (whose first slice calls
+    # the model, which reads the secret's ARN from the environment): its environment, as Lambda
+    # gives it. (The slice function's invocations overlay theirs meanwhile.)
+    for name, value in stack.functions["ChatFunction"].env.items():
+        monkeypatch.setenv(name, value)
     response = await call(app, sample_event("chat-post.json"))  # "What is the weather in Paris?"
     assert response.status == 200, response.body
     run_id = response.headers["x-workflow-run-id"]
@@ -96,24 +105,27 @@ async def test_a_deployed_openai_run_sends_the_key_it_read_from_secrets_manager(
     assert [p["type"] for p in message["parts"] if p["type"] != "step-start"] == ["text", "tool-get_weather", "text"]
     assert message["parts"][-1]["text"] == "Hello there été!"
 
-    # Two model calls, in two slices (SliceSeconds=0), each with the secret's value as its bearer token.
-    assert len(server.requests) == 2 and len(stack.calls_of("SliceFunction", run_id)) >= 2
+    # Two model calls, in two slices (SliceSeconds=0: the chat function's, then the slice function's),
+    # each with the secret's value as its bearer token.
+    assert len(server.requests) == 2 and len(stack.calls_of("SliceFunction", run_id)) >= 1
     for request in server.requests:
         assert request["path"] == "/v1/chat/completions"
         assert request["headers"]["authorization"] == f"Bearer {KEY}"
         assert request["body"]["model"] == "gpt-4o-mini"
     assert server.requests[1]["body"]["messages"][-1]["role"] == "tool"
 
-    # Read by the slice function, from exactly that secret; no other function read it.
+    # Read by a function that ran a slice, from exactly that secret; no other function read it. (Here
+    # both run in this one process, whose five-minute cache of the key serves the second.)
     readers = {c.actor for c in stack.calls if c.resources == [secret_arn]}
-    assert readers == {"SliceFunction"}
+    assert readers and readers <= set(RUNS_SLICES)
     assert all("secretsmanager:GetSecretValue" in c.actions for c in stack.calls if c.resources == [secret_arn])
 
     # The key is in no environment, no chunk, no checkpoint and no log line; the ARN is all they hold.
     for fn in stack.functions.values():
         assert KEY not in json.dumps(fn.env)
-    assert stack.functions["SliceFunction"].env["OPENAI_API_KEY_SECRET_ARN"] == secret_arn
-    assert "OPENAI_API_KEY" not in stack.functions["SliceFunction"].env
+    for name in RUNS_SLICES:
+        assert stack.functions[name].env["OPENAI_API_KEY_SECRET_ARN"] == secret_arn
+        assert "OPENAI_API_KEY" not in stack.functions[name].env
     assert KEY not in json.dumps(chunks) + runtime_of(stack).store.load(run_id).state
     stored = everything_stored(stack)
     assert b"Hello there" in stored and secret_arn.encode() not in stored  # (what the scan sees)
@@ -135,12 +147,13 @@ def everything_stored(stack: MotoStack) -> bytes:
     return b"\n".join(stored)
 
 
-def test_iam_lets_only_the_slice_function_read_only_that_secret(openai_stack: MotoStack) -> None:
+def test_iam_lets_only_the_functions_that_run_slices_read_only_that_secret(openai_stack: MotoStack) -> None:
     stack = openai_stack
     secret_arn = stack.resolver.parameters["OpenAIApiKeySecretArn"]
     read = "secretsmanager:GetSecretValue"
-    assert allowed(stack.policy_statements("SliceFunction"), read, secret_arn)
-    for other in ("ChatFunction", "FinalizerFunction", "TriggerFunction", "RunStateMachine"):
+    for name in RUNS_SLICES:
+        assert allowed(stack.policy_statements(name), read, secret_arn), name
+    for other in ("FinalizerFunction", "TriggerFunction", "RunStateMachine"):
         assert not allowed(stack.policy_statements(other), read, secret_arn), other
 
     other_arn = stack.client("secretsmanager").create_secret(Name="someone-elses-key", SecretString="x" * 20)["ARN"]
@@ -159,30 +172,36 @@ def test_iam_lets_only_the_slice_function_read_only_that_secret(openai_stack: Mo
         stack.calls = [c for c in stack.calls if c.resources != [other_arn]]  # the fixture checks the rest
 
 
-def test_without_the_parameters_the_slice_function_gets_no_provider_secret_or_setting(
+def test_without_the_parameters_no_function_gets_a_provider_secret_or_setting(
     aws_environment: None,
 ) -> None:
     with deployed_stack() as stack:
-        env = stack.functions["SliceFunction"].env
-        assert not {"OPENAI_API_KEY_SECRET_ARN", "ANTHROPIC_API_KEY_SECRET_ARN", "OPENAI_BASE_URL"} & set(env)
+        for name in RUNS_SLICES:
+            env = stack.functions[name].env
+            assert not {"OPENAI_API_KEY_SECRET_ARN", "ANTHROPIC_API_KEY_SECRET_ARN", "OPENAI_BASE_URL"} & set(env)
         statements = stack.policy_statements("SliceFunction")
         secret_reads = [s for s in statements if s["Action"] == "secretsmanager:GetSecretValue"]
         assert [s["Resource"] for s in secret_reads] == [stack.resolver.physical["ApprovalSecret"]]
+        chat_reads = [s["Resource"] for s in stack.policy_statements("ChatFunction")
+                      if s["Action"] == "secretsmanager:GetSecretValue"]  # fmt: skip
+        assert chat_reads == [stack.resolver.physical["ApprovalSecret"]]  # (AuthTokenHashes: no token secret)
 
 
 def test_the_anthropic_key_secret_is_passed_and_granted_the_same_way(aws_environment: None) -> None:
     secrets = {"AnthropicApiKeySecretArn": ("durable-harness/anthropic-key", KEY)}
     with deployed_stack({"ModelId": "anthropic:claude-sonnet-4-5"}, secrets) as stack:
         secret_arn = stack.resolver.parameters["AnthropicApiKeySecretArn"]
-        assert stack.functions["SliceFunction"].env["ANTHROPIC_API_KEY_SECRET_ARN"] == secret_arn
-        assert "OPENAI_API_KEY_SECRET_ARN" not in stack.functions["SliceFunction"].env
-        assert allowed(stack.policy_statements("SliceFunction"), "secretsmanager:GetSecretValue", secret_arn)
-        assert not allowed(stack.policy_statements("ChatFunction"), "secretsmanager:GetSecretValue", secret_arn)
+        for name in RUNS_SLICES:
+            assert stack.functions[name].env["ANTHROPIC_API_KEY_SECRET_ARN"] == secret_arn
+            assert "OPENAI_API_KEY_SECRET_ARN" not in stack.functions[name].env
+            assert allowed(stack.policy_statements(name), "secretsmanager:GetSecretValue", secret_arn)
+        for other in ("FinalizerFunction", "TriggerFunction"):
+            assert not allowed(stack.policy_statements(other), "secretsmanager:GetSecretValue", secret_arn)
 
 
 def test_no_function_environment_carries_a_key_and_secret_parameters_take_full_arns() -> None:
     for name in ("OPENAI_API_KEY_SECRET_ARN", "ANTHROPIC_API_KEY_SECRET_ARN", "OPENAI_BASE_URL"):
-        assert name in SLICE_ENV
+        assert name in SLICE_ENV and CHAT_ENV[name] == SLICE_ENV[name]
     every_env = [TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]] + [
         r["Properties"].get("Environment", {}).get("Variables", {})
         for r in TEMPLATE["Resources"].values()

@@ -13,24 +13,20 @@ import threading
 import pytest
 from durable_harness.approvals import verify_tool_approval
 from durable_harness.aws.stepfunctions import execution_name
-from durable_harness.protocol.assemble import assemble_ui_message
 
 from . import agents
 from .chat import call, load_chat_app, sample_event, with_path
-from .helpers import lifecycle_listener, log_of, runtime_of, start_run, state_of, types, wait_until
+from .helpers import (
+    assert_complete_turn,
+    lifecycle_listener,
+    log_of,
+    runtime_of,
+    start_run,
+    state_of,
+    types,
+    wait_until,
+)
 from .stack import MotoStack
-
-
-def assert_complete_turn(chunks: list[dict[str, object]]) -> None:
-    """The whole scripted turn, once: two tool steps and the answer, ``finish`` last."""
-    names = types(chunks)
-    assert names[0] == "start" and names.count("start") == 1
-    assert names[-1] == "finish" and chunks[-1].get("finishReason") == "stop"
-    assert names.count("finish") == 1
-    message = assemble_ui_message(chunks)
-    tools = [(p["toolCallId"], p["state"]) for p in message["parts"] if p["type"].startswith("tool-")]
-    assert tools == [("c1", "output-available"), ("c2", "output-available")]
-    assert message["parts"][-1]["type"] == "text" and message["parts"][-1]["text"] == agents.ANSWER
 
 
 def test_a_run_takes_several_slices_in_one_execution(stack: MotoStack) -> None:

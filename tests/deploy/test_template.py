@@ -230,6 +230,57 @@ def test_the_slice_task_retries_the_slice_functions_retryable_error_and_catches_
     assert set(task["ResultSelector"]) == {"status.$", "slices.$"}  # only the small result travels
 
 
+def test_a_chat_run_first_waits_for_the_chat_functions_slice_and_falls_back_to_the_slice_function() -> None:
+    from durable_harness.aws.handover import TOKEN_ATTRIBUTE
+
+    states = ASL["States"]
+    inline = [rule for rule in states["Init"]["Choices"] if rule.get("Variable") == "$.inline"]
+    assert [rule["Next"] for rule in inline] == ["InlineDefaults"]
+    assert states["InlineDefaults"]["Next"] == "AwaitChatSlice"
+    task = states["AwaitChatSlice"]
+    # An AWS SDK integration with a callback: no Lambda invocation just to hand out the token.
+    assert task["Resource"] == "arn:aws:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken"
+    params = task["Parameters"]
+    assert params["TableName"] == "${RunsTableName}"
+    assert params["ExpressionAttributeNames"] == {"#token": TOKEN_ATTRIBUTE}
+    assert params["ExpressionAttributeValues"][":token"] == {"S.$": "$$.Task.Token"}
+    assert params["ConditionExpression"] == "attribute_exists(pk)"  # never creates a record
+    # Its heartbeat is what the chat function promises; whatever goes wrong, the slice function takes over.
+    assert task["HeartbeatSecondsPath"] == "$.heartbeat"
+    assert states["InlineDefaults"]["Parameters"]["heartbeat.$"] == "$.inline.heartbeatSeconds"
+    assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.handover", "Next": "RunSlice"}]
+    assert task["Next"] == "Route" and task["ResultPath"] == "$.result"
+    assert task["TimeoutSeconds"] >= RESOURCES["ChatFunction"]["Properties"]["Timeout"]
+
+
+def test_only_the_chat_function_answers_callbacks_and_only_the_state_machine_records_their_tokens() -> None:
+    callbacks = {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
+
+    def statements(props: dict[str, Any]) -> list[dict[str, Any]]:
+        return [s for p in props.get("Policies", []) if isinstance(p, dict) for s in p.get("Statement", [])]
+
+    granted = {}
+    for name in FUNCTIONS:
+        for statement in statements(RESOURCES[name]["Properties"]):
+            actions = set(_as_list(statement["Action"]))
+            if actions & callbacks or any(a in ("states:*", "*") for a in actions):
+                granted[name] = statement
+    assert list(granted) == ["ChatFunction"]
+    statement = granted["ChatFunction"]
+    # Exactly the three callbacks, nothing else in the statement. They take no resource ARN in IAM
+    # (no resource type in the Service Authorization Reference): the token is the capability.
+    assert set(_as_list(statement["Action"])) == callbacks and statement["Resource"] == "*"
+    machine = statements(RESOURCES["RunStateMachine"]["Properties"])
+    [record] = [s for s in machine if s.get("Sid") == "RecordChatSliceTaskToken"]
+    assert record["Action"] == "dynamodb:UpdateItem" and record["Resource"] == {"Fn::GetAtt": ["RunsTable", "Arn"]}
+    env = RESOURCES["ChatFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["SLICE_SECONDS"] == {"Ref": "SliceSeconds"} and int(env["INLINE_HEARTBEAT_SECONDS"]) >= 1
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
 def test_every_status_a_slice_returns_is_routed() -> None:
     routed = {c.get("StringEquals") for rule in ASL["States"]["Route"]["Choices"] for c in [rule, *rule.get("And", [])]}
     statuses = {"ready_for_next_step", "finished", "awaiting_tool_approval", "failed", "cancelled", "fenced"}

@@ -176,3 +176,45 @@ def test_the_follower_reads_when_the_next_append_is_due(monkeypatch: pytest.Monk
     assert delay(0.0, Cadence(1000.3), run_id) == 0.05  # never later than the poll interval
     assert delay(0.0, Cadence(999.99), run_id) == pytest.approx(service_module._LATE_RETRY)  # just late
     assert delay(0.4, Cadence(999.0), run_id) == pytest.approx(0.1)  # long overdue: the writer paused
+
+
+async def test_a_held_run_is_read_as_signalled_and_looked_at_once_its_writer_here_is_done() -> None:
+    from durable_harness.server.notifier import CommitSignal
+
+    service, _, log, run_id = make_service(0)
+    signal = service.signal = CommitSignal()
+    # Long enough that a held follower never looks at the log on its own during the test.
+    service.config = ServiceConfig(poll_seconds=0.01, idle_poll_seconds=30, keepalive_seconds=100)
+    reads: list[tuple[int, int | None]] = []
+    read = log.read
+
+    def counted(run: str, start: int, limit: int | None = None) -> list[str]:
+        reads.append((start, limit))
+        return read(run, start, limit)
+
+    log.read = counted  # type: ignore[method-assign]
+    signal.hold(run_id)  # the run's writer is in this process
+    got: list[str] = []
+
+    async def follow() -> None:
+        async for batch in service.follow(run_id, 0):
+            got.extend(batch or [])
+
+    follower = asyncio.get_running_loop().create_task(follow())
+    await asyncio.sleep(0.05)
+    first = reads[:]
+    log.append(run_id, 0, [delta(0), delta(1)], 1)
+    signal.notify(run_id, 2)  # as the writer's on_commit does
+    for _ in range(100):
+        if len(got) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert got == [delta(0), delta(1)]
+    assert reads[len(first):] == [(0, 2)]  # exactly what was committed (a cached read when deployed)
+    # Another writer (a slice that took over, or a cancel) appends; nothing tells this process...
+    log.append(run_id, 2, [delta(2), FINISH], 2)
+    await asyncio.sleep(0.05)
+    assert got == [delta(0), delta(1)] and len(reads) == len(first) + 1  # ...while the run is held
+    signal.release(run_id)  # the writer here is done: the follower looks at the log itself
+    await asyncio.wait_for(follower, 5)
+    assert got == [delta(0), delta(1), delta(2), FINISH]

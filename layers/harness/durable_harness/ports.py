@@ -186,6 +186,38 @@ class Orchestrator(Protocol):
         ...
 
 
+@runtime_checkable
+class SliceHandover(Protocol):
+    """The orchestrator's side of a first slice run by the chat process that streams it (D14).
+
+    ``start`` starts driving the run so that the driver first waits for the in-process slice;
+    while the slice runs the process calls ``heartbeat`` every third of ``heartbeat_seconds``
+    (without one for that long the driver takes the run over, fencing the process's writer off);
+    at its end, ``hand_over`` gives the driver the slice's outcome (it routes it as it routes a
+    slice of its own), or ``fail`` makes it take over at once.
+    """
+
+    heartbeat_seconds: float
+    """The longest the driver waits for a heartbeat before it takes the run over."""
+
+    def start(self, run_id: str) -> None:
+        """Start driving the run, waiting for the in-process slice first. Idempotent."""
+        ...
+
+    def heartbeat(self, run_id: str) -> bool:
+        """The in-process slice is alive; False once the driver no longer waits for it."""
+        ...
+
+    def hand_over(self, run_id: str, status: str, slices: int) -> bool:
+        """The in-process slice ended with the run at ``status``; False if the driver no longer
+        waited for it (it took the run over, or the run was cancelled)."""
+        ...
+
+    def fail(self, run_id: str, reason: str) -> None:
+        """The in-process slice failed: the driver takes the run over now."""
+        ...
+
+
 ACTIVE_STATUSES: tuple[str, ...] = ("not_started", "ready_for_next_step")
 """Checkpoint statuses of a run that still needs slices (neither terminal nor paused for approval)."""
 

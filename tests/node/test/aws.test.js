@@ -4,7 +4,8 @@
 // records, the S3 chunk log, the real statemachine/run.asl.json run by moto's Step Functions
 // interpreter with the real slice and finalizer handlers invoked in-process), gives the chat app
 // the template's environment (token auth) and serves functions/chat/app.py with uvicorn.
-// SliceSeconds=0: every step is a slice of its own, so a streamed turn spans several slices.
+// SliceSeconds=0: every step is a slice of its own, so a streamed turn spans several slices: the
+// chat function runs the first one itself (decision D14), the slice function the others.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -73,6 +74,9 @@ function baseline() {
 }
 
 const types = (chunks) => chunks.map((c) => c.type);
+/** The slice function's log lines about a run (none when the chat function ran every slice). */
+const sliceDoneLines = (srv, runId) => srv.logs().stdout.split('\n')
+  .filter((l) => l.includes('"slice done"') && l.includes(runId));
 const textOf = (message) => message.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
 
 function assertTurnOk(r, label = '') {
@@ -121,6 +125,8 @@ describe('a. a tool turn streamed from the state machine over several slices', (
     assert.equal(status.status, 'finished');
     assert.ok(status.slices >= 2, `slices: ${status.slices}`); // a slice per step
     assert.equal(status.chunkCount, chunks.length);
+    // The chat function ran the first slice; the slice function the others.
+    assert.equal(sliceDoneLines(server, r.runId).length, status.slices - 1);
 
     // Replay by run id from 0 with the real transport: the same chunks, the same message.
     const rec = recordingFetch();
@@ -213,6 +219,59 @@ describe('c. token auth', () => {
     assert.equal(r.status, 'error');
     assert.match(r.error?.message ?? '', /Failed to fetch chat: 401/);
     assert.deepEqual(r.requests.map((q) => `${q.method} ${q.status}`), ['POST 401']);
+  });
+});
+
+// -------------------------------------------------------------------------------------------------
+
+describe('e. a turn that fits in the first slice is served in-process by the chat function', () => {
+  // SliceSeconds=600: the chat function runs the whole turn itself, streaming it as it writes the
+  // log (decision D14); the state machine only waits for its callback. A second server, in moto too.
+  let inline;
+  before(async () => {
+    inline = await startStackServer({ token: TOKEN, sliceSeconds: 600 });
+  }, { timeout: 30000 });
+  after(async () => {
+    const exited = await inline?.stop();
+    if (exited) assert.deepEqual(exited, { code: 0, signal: null }, inline.logs().stderr.slice(-3000));
+    assert.match(inline?.logs().stdout ?? '', /serve_stack: iam ok/);
+  });
+
+  const sliceFunctionLines = (runId) => sliceDoneLines(inline, runId);
+
+  it('streams the whole turn in one slice, with no slice function; a GET replay is the same', T, async () => {
+    const ref = await baseline();
+    const r = await runChatTurn({ base: inline.base, text: WEATHER, transportOptions: WITH_TOKEN });
+    assertTurnOk(r);
+    const [post] = r.requests;
+    assert.deepEqual(r.requests.map((q) => q.method), ['POST'], 'one POST, no reconnect');
+    assert.deepEqual(r.message.parts, ref.message.parts, describeParts(r.message));
+    const res = await fetch(`${inline.base}/api/runs/${r.runId}`, { headers: AUTH });
+    const status = await res.json();
+    assert.equal(status.status, 'finished');
+    assert.equal(status.slices, 1);
+    assert.equal(status.chunkCount, post.chunks.length);
+    assert.deepEqual(sliceFunctionLines(r.runId), []);
+    const transport = makeTransport(inline.base, WITH_TOKEN);
+    const replayed = await collectChunks(await transport.reconnectToStream({ chatId: r.runId, startIndex: 0 }));
+    assert.deepEqual(replayed, post.chunks, 'GET replay == POST stream, chunk for chunk');
+  });
+
+  it('a client that drops mid-stream reconnects with GET and gets the uncut message; the run went on', T, async () => {
+    const ref = await baseline();
+    const rec = recordingFetch({ cut: (q) => (q.method === 'POST' ? { after: 3, mode: 'close' } : undefined) });
+    const r = await runChatTurn({ base: inline.base, text: WEATHER, fetch: rec.fetch, transportOptions: WITH_TOKEN });
+    assertTurnOk(r);
+    const [post, get, ...more] = rec.requests;
+    assert.equal(post.cutAt, 3);
+    assert.equal(get.method, 'GET');
+    assert.equal(get.startIndex, 3);
+    assert.deepEqual(more, [], 'exactly one reconnect');
+    assert.deepEqual(types([...post.chunks, ...get.chunks]), types(ref.chunks), 'chunk sequence');
+    assert.deepEqual(r.message.parts, ref.message.parts, describeParts(r.message));
+    const res = await fetch(`${inline.base}/api/runs/${r.runId}`, { headers: AUTH });
+    assert.equal((await res.json()).slices, 1, 'the chat function ran the turn to its end');
+    assert.deepEqual(sliceFunctionLines(r.runId), []);
   });
 });
 

@@ -33,7 +33,8 @@ Fencing, without a head item: the last item's epoch is the fence. ``open(e)`` re
 overwrites committed chunks, and after ``open(e)`` returns no older epoch can append. A lost reply
 is recognized on botocore's retry by the write id.
 
-Requests: an append is 1 PutItem (plus 1 PutObject when it spills); ``open`` 1 Query + 1 PutItem;
+Requests: an append is 1 PutItem (plus 1 PutObject when it spills); ``open`` 1 Query + 1 PutItem
+(only the PutItem for a log whose creation this object was told of, :meth:`DynamoChunkLog.note_fresh`);
 ``count`` and ``tail`` 1 Query; a follower's ``read`` at the end of what it read 1 Query, whether
 or not anything is new. A cold ``read`` adds the Query that finds the current generation.
 """
@@ -45,6 +46,7 @@ import re
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -68,6 +70,7 @@ _OPEN_ATTEMPTS = 20
 _CONDITION = "attribute_not_exists(pk) OR (#n = :zero AND #e <= :e)"
 _NAMES = {"#n": "n", "#e": "e"}
 _FINISH = '{"type":"finish"'
+_FRESH_RUNS = 64
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,8 @@ class DynamoChunkLog:
         # Per run, the log as this object last wrote it. Dropped on any error, so a lost reply can
         # never leave it wrong.
         self._writers: dict[str, _Writer] = {}
+        # Runs whose incarnation this process just created, with its (empty) log: see note_fresh.
+        self._fresh: OrderedDict[str, str] = OrderedDict()
 
     # --- the port ----------------------------------------------------------------------------------
 
@@ -148,8 +153,13 @@ class DynamoChunkLog:
         """Take the write fence for ``epoch``; return the chunk count. Raises ``FencedError``."""
         self._check(run_id, epoch)
         self._forget(run_id)
+        with self._lock:
+            fresh = self._fresh.pop(run_id, None)
         for _ in range(_OPEN_ATTEMPTS):
-            top = self._r.top(run_id, 0) or self._adopt_legacy(run_id, epoch)
+            # A log this process created empty needs no look at its top: the conditional marker
+            # below is the fence all the same, and a log that is not empty after all fails it.
+            top = Top(fresh, None, []) if fresh else self._r.top(run_id, 0) or self._adopt_legacy(run_id, epoch)
+            fresh = None
             end = self._fence_check(run_id, top, epoch)
             old = self._put(run_id, top.gen, end, epoch, secrets.token_hex(8), None)
             if old is None:
@@ -216,6 +226,15 @@ class DynamoChunkLog:
         count = top.end
         self._r.cache.note_boundaries(lk(run_id, top.gen), count)  # a follower goes on from here
         return count, self._r.assemble(run_id, top.gen, top.index, top.items[::-1], max(0, count - n), count)
+
+    def note_fresh(self, run_id: str, gen: str) -> None:
+        """The run's incarnation ``gen`` was just created here, with its empty log (the run record's
+        creation writes both in one transaction): the next :meth:`open` starts from there."""
+        with self._lock:
+            self._fresh[run_id] = gen
+            while len(self._fresh) > _FRESH_RUNS:
+                self._fresh.popitem(last=False)
+        self._r.learn(run_id, gen)
 
     def next_commit(self, run_id: str) -> float | None:
         """When the run's next append is due (epoch seconds), from the appends this object read.

@@ -158,11 +158,14 @@ class DynamoCheckpointStore:
         key_prefix: str = "runs/",
         reset_log_head: bool = True,
         clock: Callable[[], float] = time.time,
+        on_created: Callable[[str, str], None] | None = None,
     ) -> None:
-        """Use ``table_name`` through ``client``; see the class docstring for the options."""
+        """Use ``table_name`` through ``client``; see the class docstring for the options.
+        ``on_created(run_id, generation)`` hears of each run created with its empty chunk log."""
         self._objects = StateObjects(s3_client, bucket, prefix=key_prefix, offload_bytes=offload_bytes)
         self._max_age = max_age_seconds
         self._reset_log_head = reset_log_head
+        self._on_created = on_created
         self._table = table_name
         self._ddb = client
         self._ttl = ttl_seconds
@@ -433,6 +436,8 @@ class DynamoCheckpointStore:
         size = len(plan.inline.encode("utf-8")) if plan.inline is not None else 0
         self._remember(_Known(record, 0 if plan.inline is not None else 1, size, None, incarnation,
                               Folded(record.state, parse(record.state))))  # fmt: skip
+        if self._on_created is not None and self._reset_log_head and is_run_id(run_id):
+            self._on_created(run_id, generation(at, incarnation))
         return self._copy(record), None
 
     def _write(

@@ -28,11 +28,12 @@ of an invocation, so a scheduled run's id is derived from what a retry keeps: th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import InvalidRequestError, ProtocolError, StorageError
+from ..errors import HarnessError, InvalidRequestError, ProtocolError, StorageError
 from ..ids import derived_run_id, is_run_id
 from ..protocol.ui_messages import TextUIPart, UIMessage, parse_ui_messages
 from ..runner.state import RunState
@@ -46,6 +47,7 @@ __all__ = [
     "START_RUN_SOURCE",
     "EventPublisher",
     "StartRunRequest",
+    "announce_slice",
     "kind_for_status",
     "parse_start_run_event",
     "run_id_for_event",
@@ -66,6 +68,8 @@ START_RUN_DETAIL_TYPE: Final = "Start Run"
 SCHEDULE_SOURCE: Final = "durable-harness.schedule"
 """The ``source`` of the events the optional schedule sends (see template.yaml)."""
 
+logger = logging.getLogger(__name__)
+
 _STATUS_KINDS = {
     "awaiting_tool_approval": "Run Awaiting Approval",
     "finished": "Run Finished",
@@ -82,6 +86,34 @@ _MAX_PROMPT = 100_000
 def kind_for_status(status: str) -> str | None:
     """The lifecycle event for a run that reached ``status`` (``None`` when there is none)."""
     return _STATUS_KINDS.get(status)
+
+
+def announce_slice(
+    events: EventPublisher | None,
+    before: str,
+    state: RunState,
+    result: Callable[[RunState], Mapping[str, Any] | None],
+) -> None:
+    """Publish the lifecycle events of one slice (wherever it ran): "Run Started" after a run's
+    first slice, and the event of the status it reached, if any ("Run Finished" carries
+    ``result(state)``, or none if that fails). Best effort: a lost notification is logged and must
+    not fail (and so repeat) the slice."""
+    if events is None:
+        return
+    kinds = ["Run Started"] if before == "not_started" else []
+    if state.status != before and (kind := kind_for_status(state.status)):
+        kinds.append(kind)
+    for kind in kinds:
+        summary = None
+        if kind == "Run Finished":
+            try:
+                summary = result(state)
+            except Exception:  # the event matters more than its summary, and the run has ended already
+                logger.exception("run %s: could not summarize the result for its event", state.run_id)
+        try:
+            events.publish(state, kind, summary)
+        except HarnessError as exc:
+            logger.warning("run %s: could not publish %r: %s", state.run_id, kind, exc)
 
 
 class EventPublisher:

@@ -13,6 +13,8 @@ Environment (set by the SAM template):
                        a run record never lives longer than this after its creation, so it
                        expires before any of its segments (see :mod:`.dynamodb`); chunk-log
                        items live this long after they were written
+``INLINE_HEARTBEAT_SECONDS``  the heartbeat the chat function promises while it runs a run's
+                       first slice itself (:mod:`.handover`; default 30)
 =====================  ===========================================================
 
 Clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so they are
@@ -37,6 +39,7 @@ from .chunklog import DynamoChunkLog
 from .clients import LazyClient, make_client
 from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher
+from .handover import StepFunctionsHandover
 from .stepfunctions import StepFunctionsOrchestrator
 
 if TYPE_CHECKING:
@@ -76,6 +79,8 @@ class AwsRuntime:
     log: DynamoChunkLog
     orchestrator: StepFunctionsOrchestrator
     events: EventPublisher | None = None
+    handover: StepFunctionsHandover | None = None
+    """How the chat function hands the first slice it ran itself over to the state machine."""
 
 
 def client_for(service: str, *, session: boto3.Session | None = None, region: str | None = None) -> Any:
@@ -106,24 +111,42 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         return client_for(service, session=session, region=region)
 
     dynamodb, s3 = client("dynamodb"), client("s3")
+    # Chunk items live as long as the run's S3 objects: written after the record's creation, they
+    # outlive the record, whose TTL is capped at creation + retention.
+    log_ttl = retention if retention is not None else ttl_seconds
+    log = DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=log_ttl)
     store = DynamoCheckpointStore(
-        table, client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds, max_age_seconds=retention
-    )
+        table, client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=ttl_seconds, max_age_seconds=retention,
+        on_created=log.note_fresh,  # a run created here opens its log without a look at its top
+    )  # fmt: skip
     try:
         orchestrator = StepFunctionsOrchestrator(
             state_machine, client=client("stepfunctions"), incarnation=store.incarnation
         )
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
-    # Chunk items live as long as the run's S3 objects: written after the record's creation, they
-    # outlive the record, whose TTL is capped at creation + retention.
-    log_ttl = retention if retention is not None else ttl_seconds
+    heartbeat = _whole(env, "INLINE_HEARTBEAT_SECONDS", "30")
     return AwsRuntime(
         store=store,
-        log=DynamoChunkLog(table, dynamodb_client=dynamodb, s3_client=s3, bucket=bucket, ttl_seconds=log_ttl),
+        log=log,
         orchestrator=orchestrator,
         events=EventPublisher(bus, client=LazyClient(lambda: client("events"))) if bus else None,
+        handover=StepFunctionsHandover(
+            orchestrator,
+            client=client("stepfunctions"),
+            dynamodb_client=dynamodb,
+            table_name=table,
+            heartbeat_seconds=heartbeat,
+        ),
     )
+
+
+def _whole(env: Mapping[str, str], name: str, default: str) -> int:
+    """A positive whole number from ``env``; ``AwsConfigError`` naming the variable."""
+    text = env.get(name, default).strip() or default
+    if not text.isdigit() or int(text) < 1:
+        raise AwsConfigError(f"{name} must be a whole number of seconds, at least 1, got {text!r}")
+    return int(text)
 
 
 def _days(env: Mapping[str, str], name: str, default: str) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -95,11 +95,17 @@ class StepFunctionsOrchestrator:
         """The ARN of a run incarnation's execution (derived: no request)."""
         return f"{self._execution_base}:{execution_name(run_id, generation, incarnation)}"
 
-    def execution_input(self, run_id: str, incarnation: str | None = None) -> str:
-        """The execution input for a run: deterministic, so a repeated start is the same request."""
+    def execution_input(
+        self, run_id: str, incarnation: str | None = None, inline: Mapping[str, Any] | None = None
+    ) -> str:
+        """The execution input for a run: deterministic, so a repeated start is the same request.
+        ``inline`` (``{"heartbeatSeconds": n}``) makes the execution wait for the first slice run
+        by the chat function before its own (the ``AwaitChatSlice`` state)."""
         payload: dict[str, Any] = {"runId": run_id}
         if incarnation is not None:
             payload["incarnation"] = incarnation
+        if inline is not None:
+            payload["inline"] = dict(inline)
         if self._slice_seconds is not None:
             payload["sliceSeconds"] = self._slice_seconds
         return json.dumps(payload, separators=(",", ":"), sort_keys=True)
@@ -108,13 +114,14 @@ class StepFunctionsOrchestrator:
         """The run's incarnation, as the ``incarnation`` callable tells it (``None`` without one)."""
         return self._incarnation(run_id) if self._incarnation is not None else None
 
-    def start(self, run_id: str) -> None:
-        """Start the run's execution; a no-op when this incarnation of the run has (or had) one."""
+    def start(self, run_id: str, *, inline: Mapping[str, Any] | None = None) -> None:
+        """Start the run's execution; a no-op when this incarnation of the run has (or had) one.
+        ``inline``: see :meth:`execution_input` (and :mod:`.handover`)."""
         incarnation = self.current_incarnation(run_id)
         name = execution_name(run_id, 0, incarnation)
         try:
             self._sfn.start_execution(
-                stateMachineArn=self._arn, name=name, input=self.execution_input(run_id, incarnation)
+                stateMachineArn=self._arn, name=name, input=self.execution_input(run_id, incarnation, inline)
             )
         except ClientError as exc:
             if error_code(exc) != "ExecutionAlreadyExists":

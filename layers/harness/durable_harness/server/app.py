@@ -150,7 +150,7 @@ class ChatApp:
         payload = _parse_json(await self._read_body(receive))
         state = await self.service.start_turn(payload, principal=principal)
         headers = [(b"x-workflow-run-id", state.run_id.encode())]
-        await self._stream(state.run_id, 0, -1, headers, receive, send, cors)
+        await self._stream(state.run_id, 0, -1, headers, receive, send, cors, settle=True)
 
     async def _get_stream(
         self, scope: Scope, run_id: str, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]], principal: str
@@ -179,20 +179,35 @@ class ChatApp:
         send: Send,
         cors: list[tuple[bytes, bytes]],
         first: list[str] | None = None,
+        *,
+        settle: bool = False,
     ) -> None:
+        """Stream the run from ``start``; with ``settle``, the response ends only once a slice of
+        the run that this process runs is done (deployed, the function is frozen when its response
+        ends), whether the client is still there or not."""
         headers = [*UI_MESSAGE_STREAM_HEADERS, *extra, (b"x-workflow-stream-tail-index", str(tail_index).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
-        pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send, first))
-        disconnected = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
+        finished: bool | None = None  # None: the client went away, nothing more to send
         try:
-            await asyncio.wait({pump, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+            await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
+            pump = asyncio.get_running_loop().create_task(self._pump(run_id, start, send, first))
+            disconnected = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
+            try:
+                await asyncio.wait({pump, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+                if pump.done() and not pump.cancelled():
+                    finished = pump.result()
+            finally:
+                for task in (pump, disconnected):
+                    task.cancel()
+                await asyncio.gather(pump, disconnected, return_exceptions=True)
         finally:
-            for task in (pump, disconnected):
-                task.cancel()
-            await asyncio.gather(pump, disconnected, return_exceptions=True)
+            if settle:
+                await self.service.settle(run_id)
+        if finished is not None:
+            await send({"type": "http.response.body", "body": SSE_DONE if finished else b"", "more_body": False})
 
-    async def _pump(self, run_id: str, start: int, send: Send, first: list[str] | None) -> None:
-        """Copy the run's chunks to the response as SSE events until ``finish`` or the window ends."""
+    async def _pump(self, run_id: str, start: int, send: Send, first: list[str] | None) -> bool:
+        """Copy the run's chunks to the response as SSE events until ``finish`` (True) or the
+        window ends (False)."""
         finished = False
         try:
             async for batch in self.service.follow(run_id, start, first):
@@ -205,7 +220,8 @@ class ChatApp:
         except Exception:
             # The status line is gone already: end the body without `finish`; the client resumes.
             logger.exception("run %s: streaming failed", run_id)
-        await send({"type": "http.response.body", "body": SSE_DONE if finished else b"", "more_body": False})
+            return False
+        return finished
 
     async def _read_body(self, receive: Receive) -> bytes:
         parts, size = [], 0

@@ -1,4 +1,10 @@
-"""Wakes stream readers when a run's log grows (in-process; other processes fall back to polling)."""
+"""Wakes stream readers when a run's log grows (in-process; other processes fall back to polling).
+
+A run may also be *held*: its writer is in this process (the deployed chat function running a
+run's first slice itself, decision D14), so its readers need not poll the log while it lasts, and
+read only what the signal says was committed (which the log's cache holds). Releasing the run
+wakes them all: from then on they look at the log themselves.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ class CommitSignal:
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
         self._waiters: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
+        self._held: set[str] = set()
 
     def notify(self, run_id: str, count: int) -> None:
         """Record that the run's log has ``count`` chunks and wake readers waiting for them."""
@@ -54,3 +61,23 @@ class CommitSignal:
     def forget(self, run_id: str) -> None:
         """Drop what is known about a run (after it ended and readers are gone)."""
         self._counts.pop(run_id, None)
+        self._held.discard(run_id)
+
+    def count(self, run_id: str) -> int | None:
+        """The chunk count last notified for the run (``None``: nothing notified)."""
+        return self._counts.get(run_id)
+
+    def hold(self, run_id: str) -> None:
+        """Note that the run's writer is in this process: every commit of it will be notified."""
+        self._held.add(run_id)
+
+    def held(self, run_id: str) -> bool:
+        """True while the run's writer is in this process (between :meth:`hold` and :meth:`release`)."""
+        return run_id in self._held
+
+    def release(self, run_id: str) -> None:
+        """The run's writer in this process is done: wake every reader, to look at the log itself."""
+        self._held.discard(run_id)
+        for _, future in self._waiters.pop(run_id, []):
+            if not future.done():
+                future.set_result(None)

@@ -2,7 +2,9 @@
 
 It knows only the ports (checkpoint store, chunk log, orchestrator) and the runner, so the same
 service runs locally (SQLite, files, in-process orchestrator) and in Lambda (DynamoDB, S3, Step
-Functions).
+Functions). Deployed, a chat POST may run the new run's first slice in this process
+(:class:`~durable_harness.server.inline.InlineSlices`, decision D14): its stream is then served
+from the commit signal, and the response lasts until that slice is done.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agent.options import body_call_options
 from ..errors import (
@@ -34,6 +36,9 @@ from ..runner.runner import Runner
 from ..runner.state import TERMINAL_STATUSES, RunState, pending_json
 from ..storage.health import StorageHealth
 from .notifier import CommitSignal
+
+if TYPE_CHECKING:
+    from .inline import InlineSlices
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +85,12 @@ class ChatService:
         config: ServiceConfig | None = None,
         health: StorageHealth | None = None,
         announce: Callable[[RunState, str], None] | None = None,
+        inline: InlineSlices | None = None,
     ) -> None:
         """``announce(state, kind)`` is told of the lifecycle transitions the service itself makes
         (``"Run Cancelled"``); deployed, it publishes them on the event bus. Best effort: a failure
-        is logged, and the cancel stands."""
+        is logged, and the cancel stands. ``inline``, when given, runs the first slice of each run
+        a chat POST creates in this process (instead of ``orchestrator.start``)."""
         self.runner = runner
         self.orchestrator = orchestrator
         self.signal = signal
@@ -91,6 +98,7 @@ class ChatService:
         self.health = health
         """Known storage trouble (local mode): new streams of unfinished runs get a 503 meanwhile."""
         self.announce = announce
+        self.inline = inline
 
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
@@ -111,6 +119,7 @@ class ChatService:
         run_id = derived_run_id(principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
         # Answers to approvals make it a continuation of the paused run: the runner finds that run
         # through the approval ledger and verifies every answer (see Runner.create_run).
+        created = True
         try:
             state = await asyncio.to_thread(
                 self.runner.create_run,
@@ -122,12 +131,21 @@ class ChatService:
                 call_options=call_options,
             )
         except RunExistsError:
-            state = await self.load(run_id, principal)
-        self.orchestrator.start(state.run_id)
+            state, created = await self.load(run_id, principal), False
+        if created and self.inline is not None:
+            self.inline.begin(state)  # the first slice runs here, the orchestrator takes over after it
+        else:
+            self.orchestrator.start(state.run_id)
         # The run exists and is driven: once storage is back it goes on, and the retried POST
         # (the same run id) streams it. A stream now could only send keep-alives.
         await self.check_storage(state)
         return state
+
+    async def settle(self, run_id: str) -> None:
+        """Wait until a slice of the run that this process runs in-process is done (a POST's
+        response lasts that long: deployed, the function is frozen once its response ends)."""
+        if self.inline is not None:
+            await self.inline.settle(run_id)
 
     async def check_storage(self, state: RunState) -> None:
         """``StorageError`` (a 503) when writes fail lately and the run has not finished: a new
@@ -307,17 +325,30 @@ class ChatService:
         append is due if the log can tell (:class:`~durable_harness.ports.CommitCadence`), else
         every ``poll_seconds`` while chunks come, backing off towards ``idle_poll_seconds`` while
         the log is quiet; never again at once after a read that reached the end.
+
+        A read stops at what the signal says was committed, when it knows more than was read (the
+        log's cache has it: no request). While the signal holds the run (its writer is in this
+        process), it waits for the signal and looks at the log itself only every
+        ``idle_poll_seconds`` of quiet (a cancel, or a slice that took over, writes from
+        elsewhere); once the run is released it polls as above.
         """
         cfg = self.config
         log = self.runner.log
-        cadence = log if self.signal is None and isinstance(log, CommitCadence) else None
+        signal = self.signal
         deadline = time.monotonic() + cfg.stream_window_seconds
         index, quiet_since = start, time.monotonic()
+        woken = False  # the last wait ended with a signal (not a timeout)
         while True:
+            held = signal is not None and signal.held(run_id)
+            # What this process's writer committed (and the log's cache holds): read no further.
+            known = signal.count(run_id) if signal is not None else None
             if first is not None:
                 chunks, first = first, None
+            elif held and (woken or index == start) and (known is None or known <= index):
+                chunks = []  # its writer is here and signalled nothing new: nothing to look at
             else:
-                chunks = await asyncio.to_thread(self.runner.log.read, run_id, index, cfg.read_batch)
+                limit = cfg.read_batch if known is None or known <= index else min(cfg.read_batch, known - index)
+                chunks = await asyncio.to_thread(log.read, run_id, index, limit)
             now = time.monotonic()
             if chunks:
                 index += len(chunks)
@@ -335,9 +366,16 @@ class ChatService:
             if now - quiet_since >= cfg.keepalive_seconds:
                 quiet_since = now
                 yield KEEPALIVE
-            timeout = min(deadline - now, self._poll_delay(now - quiet_since, cadence, run_id), cfg.keepalive_seconds)
-            if self.signal is not None:
-                await self.signal.wait(run_id, index, timeout)
+            if held:
+                delay = cfg.idle_poll_seconds
+            else:
+                # A log that knows its writers' pace (deployed) is read when the next append is due;
+                # in-process writers' commits are signalled as well (locally, every one of them).
+                cadence = log if isinstance(log, CommitCadence) else None
+                delay = self._poll_delay(now - quiet_since, cadence, run_id)
+            timeout = min(deadline - now, delay, cfg.keepalive_seconds)
+            if signal is not None:
+                woken = await signal.wait(run_id, index, timeout)
             else:
                 await asyncio.sleep(timeout)
 

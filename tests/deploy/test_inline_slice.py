@@ -1,0 +1,274 @@
+"""The chat function runs a run's first slice itself and hands it over (decision D14).
+
+Everything as deployed, in moto: the chat function's app with its environment from template.yaml,
+the real state machine (its ``AwaitChatSlice`` callback task, then the ``RunSlice`` loop), the real
+slice and finalizer handlers. The stack fixture holds every AWS call made against the template's
+IAM policies. What must hold whatever happens: every chunk the client sees is in the log, once,
+in order; one ``finish``, last; no tool whose result was recorded runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from durable_harness.aws.handover import StepFunctionsHandover
+from durable_harness.server.inline import NOT_SCHEDULED
+
+from . import agents
+from .chat import Response, call, load_chat_app, sample_event, with_path
+from .helpers import assert_complete_turn, lifecycle_listener, log_of, state_of, types
+from .stack import MotoStack
+
+IN_ONE_SLICE = {"SliceSeconds": "600"}  # the whole scripted turn fits in the chat function's slice
+
+
+def chat_app(stack: MotoStack) -> Any:
+    """A chat function's app (a new one: another Lambda environment of the chat function)."""
+    with stack.function_env("ChatFunction"):
+        return load_chat_app()
+
+
+async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Poll ``condition`` without blocking the event loop (the chat function's slice runs on it)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def executions_of(stack: MotoStack, run_id: str) -> list[dict[str, Any]]:
+    """The run's executions once none is running (waited for off the event loop)."""
+    return await asyncio.to_thread(stack.wait_for_executions, run_id)
+
+
+def task_states(stack: MotoStack, execution: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(state entered, how its task ended)`` for each task state of the execution, in order."""
+    out: list[tuple[str, str]] = []
+    for event in stack.history(execution["executionArn"]):
+        if event["type"] == "TaskStateEntered":
+            out.append((event["stateEnteredEventDetails"]["name"], ""))
+        elif event["type"] in ("TaskSucceeded", "TaskFailed", "TaskTimedOut") and out:
+            out[-1] = (out[-1][0], event["type"])
+    return out
+
+
+async def started_post(app: Any) -> tuple[asyncio.Task[Response], Response, asyncio.Event]:
+    """A chat POST that streams while the test goes on: its task, its response so far, and the
+    event that makes its client go away."""
+    response, dropped = Response(), asyncio.Event()
+    post = asyncio.get_running_loop().create_task(
+        call(app, sample_event("chat-post.json"), response=response, disconnect=dropped)
+    )
+    await wait_for(lambda: "x-workflow-run-id" in response.headers, "the POST's response to start")
+    return post, response, dropped
+
+
+async def finish(task: Awaitable[Any]) -> None:
+    await asyncio.wait_for(task, 30)
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_turn_that_fits_in_one_slice_is_served_in_process_by_the_chat_function(stack: MotoStack) -> None:
+    listen = lifecycle_listener(stack)
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    assert response.status == 200, response.body
+    run_id = response.headers["x-workflow-run-id"]
+    chunks = response.chunks()
+    assert_complete_turn(chunks)
+    assert chunks == log_of(stack, run_id)  # streamed in-process, and durable all the same
+    assert response.body.endswith(b"data: [DONE]\n\n")
+    assert "reset-step" not in types(chunks)
+    # No second function: the slice function never ran; the state machine only waited for the
+    # chat function's slice and routed its outcome.
+    assert stack.calls_of("SliceFunction", run_id) == []
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskSucceeded")]
+    state = state_of(stack, run_id)
+    assert (state.status, state.slices) == ("finished", 1)
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
+    # The chat function announced what a slice function would have.
+    announced = [(e["detail-type"], e["detail"]["runId"], e["detail"]["status"]) for e in listen()]
+    assert announced == [("Run Started", run_id, "finished"), ("Run Finished", run_id, "finished")]
+
+
+async def test_a_turn_longer_than_the_chat_functions_slice_goes_on_in_the_slice_function(stack: MotoStack) -> None:
+    # SliceSeconds=0: one step per slice. The chat function runs the first step and hands over.
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    chunks = response.chunks()
+    assert_complete_turn(chunks)  # the POST went on following the log the slice function wrote
+    assert chunks == log_of(stack, run_id)
+    assert "reset-step" not in types(chunks)
+    # The chat function ran slice 1; the slice function ran every later one, each once.
+    slices = stack.calls_of("SliceFunction", run_id)
+    total = state_of(stack, run_id).slices
+    assert total > 1
+    assert [s.result["slices"] for s in slices] == list(range(2, total + 1))
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    expected = [("AwaitChatSlice", "TaskSucceeded")] + [("RunSlice", "TaskSucceeded")] * (total - 1)
+    assert task_states(stack, execution) == expected
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
+    assert dict(agents.CONTROL.model_calls) == {0: 1, 1: 1, 2: 1}
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_chat_function_that_dies_mid_slice_is_taken_over_by_the_slice_function(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack.functions["ChatFunction"].env["INLINE_HEARTBEAT_SECONDS"] = "1"
+    # Dead: step 2 streams a part of itself, then the function neither writes nor heartbeats.
+    monkeypatch.setattr(StepFunctionsHandover, "heartbeat", lambda self, run_id: True)
+    agents.CONTROL.gate, agents.CONTROL.hang = threading.Event(), "ChatFunction"
+    app = chat_app(stack)
+    post, response, dropped = await started_post(app)
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(agents.CONTROL.entered_gate.is_set, "the chat function to die mid-step")
+    dropped.set()  # its client's connection goes with it
+    seen = response.chunks()
+    assert "start-step" in types(seen) and "finish" not in types(seen)
+
+    # No heartbeat for a second: the state machine hands the run to the slice function, whose
+    # claim fences the dead function off; it redoes step 2 from the checkpoint.
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    assert task_states(stack, execution)[0] == ("AwaitChatSlice", "TaskTimedOut")
+    assert {name for name, _ in task_states(stack, execution)[1:]} == {"RunSlice"}
+
+    # The client reconnects (to another chat function) from where its stream stopped.
+    get = with_path(sample_event("chat-get.json"), f"/api/chat/{run_id}/stream", f"startIndex={len(seen)}")
+    resumed = await call(chat_app(stack), get)
+    chunks = seen + resumed.chunks()
+    assert types(chunks).count("reset-step") == 1  # the client drops the dead function's partial step
+    assert_complete_turn(chunks)
+    assert chunks == log_of(stack, run_id)  # nothing lost, nothing twice
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}  # step 1's recorded tool did not run again
+    assert agents.CONTROL.model_calls[0] == 1 and agents.CONTROL.model_calls[1] == 2
+
+    # The dead function wakes up: its next write is fenced off, and it stops without a trace.
+    agents.CONTROL.gate.set()
+    await wait_for(lambda: not app.service.inline.running(run_id), "the woken function's slice to stop")
+    await finish(post)  # its request ends with its slice; its client had gone
+    assert response.chunks() == seen
+    assert log_of(stack, run_id) == chunks
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
+    assert state_of(stack, run_id).status == "finished"
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_chat_slice_that_fails_hands_the_run_over_at_once(stack: MotoStack) -> None:
+    agents.CONTROL.crash_in = "ChatFunction"  # step 2 fails in the chat function (a bug it survives)
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    chunks = response.chunks()
+    # The POST's client sees the failed part dropped and the step redone by the slice function.
+    assert types(chunks).count("reset-step") == 1
+    assert_complete_turn(chunks)
+    assert chunks == log_of(stack, run_id)
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    # No heartbeat timeout to wait out: the task failed, and its catch ran the slice function.
+    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskFailed"), ("RunSlice", "TaskSucceeded")]
+    failed = [e for e in stack.history(execution["executionArn"]) if e["type"] == "TaskFailed"]
+    assert [e["taskFailedEventDetails"]["error"] for e in failed] == ["ChatSliceFailed"]
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
+    assert agents.CONTROL.model_calls[1] == 2
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_client_that_drops_mid_stream_changes_nothing(stack: MotoStack) -> None:
+    agents.CONTROL.gate = gate = threading.Event()
+    post, response, dropped = await started_post(chat_app(stack))
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(agents.CONTROL.entered_gate.is_set, "step 2 to start")
+    dropped.set()
+    await wait_for(lambda: "finish" not in types(response.chunks()) and post.done() is False, "the drop")
+    seen = response.chunks()
+    gate.set()
+    await finish(post)  # the response (the invocation) lasts until the slice is done
+    assert state_of(stack, run_id).status == "finished"  # ...which ran to its end all the same
+    assert response.chunks() == seen  # nothing was sent to the client that had gone
+    assert stack.calls_of("SliceFunction", run_id) == []
+    [execution] = await executions_of(stack, run_id)
+    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskSucceeded")]
+
+    get = with_path(sample_event("chat-get.json"), f"/api/chat/{run_id}/stream", f"startIndex={len(seen)}")
+    chunks = seen + (await call(chat_app(stack), get)).chunks()
+    assert_complete_turn(chunks)
+    assert chunks == log_of(stack, run_id)
+    assert "reset-step" not in types(chunks)
+    assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_cancel_during_the_in_process_slice_ends_the_run_once(stack: MotoStack) -> None:
+    # moto ends a stopped execution only once its callback task stops waiting, at the next heartbeat
+    # or its timeout (AWS stops it at once; see stack.repair_errors_after_stop): a short heartbeat
+    # keeps that quick.
+    stack.functions["ChatFunction"].env["INLINE_HEARTBEAT_SECONDS"] = "1"
+    agents.CONTROL.gate = gate = threading.Event()
+    post, response, _ = await started_post(chat_app(stack))
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(agents.CONTROL.entered_gate.is_set, "step 2 to start")
+    # The cancel reaches another chat function (this one is busy with the POST).
+    cancel = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/cancel")
+    cancel["body"] = ""
+    cancelled = await call(chat_app(stack), cancel)
+    assert cancelled.status == 200 and cancelled.json()["status"] == "cancelled"
+    # The POST's stream gets the cancel's finish from the log while the slice still waits.
+    await wait_for(lambda: "finish" in types(response.chunks()), "the POST to see the cancel's finish")
+    gate.set()  # the slice goes on, finds itself fenced off, and stops
+    await finish(post)
+    chunks = response.chunks()
+    assert types(chunks)[-1] == "finish" and chunks[-1]["finishReason"] == "other"
+    assert types(chunks).count("finish") == 1
+    assert chunks == log_of(stack, run_id)
+    assert state_of(stack, run_id).status == "cancelled"
+    assert agents.CONTROL.executions == {"alpha": 1}  # beta's tool call never ran
+    assert agents.CONTROL.aborted == [[0]]
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "ABORTED"
+    assert stack.calls_of("SliceFunction", run_id) == []
+
+
+async def test_a_start_that_failed_is_tried_again_when_the_slice_hands_over(stack: MotoStack) -> None:
+    stack.api_faults[("ChatFunction", "StartExecution")] = ["ThrottlingException"]
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    assert_complete_turn(response.chunks())  # the slice function took over from the late start
+    assert response.chunks() == log_of(stack, run_id)
+    [execution] = await executions_of(stack, run_id)
+    assert task_states(stack, execution)[0] == ("AwaitChatSlice", "TaskSucceeded")
+    assert len(stack.calls_of("SliceFunction", run_id)) == state_of(stack, run_id).slices - 1 > 0
+
+
+async def test_a_run_that_needs_more_slices_and_cannot_be_started_ends_failed(stack: MotoStack) -> None:
+    stack.api_faults[("ChatFunction", "StartExecution")] = ["ServiceUnavailable*"]
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    chunks = response.chunks()
+    # Step 1 ran in the chat function; nothing could run the rest, so the run ends: no client
+    # waits for a run that nothing drives.
+    assert types(chunks)[-2:] == ["error", "finish"] and types(chunks).count("finish") == 1
+    assert chunks[-2]["errorText"] == NOT_SCHEDULED
+    assert chunks == log_of(stack, run_id)
+    state = state_of(stack, run_id)
+    assert (state.status, state.error) == ("failed", NOT_SCHEDULED)
+    assert stack.executions() == []
+    assert agents.CONTROL.executions == {"alpha": 1}
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_turn_that_ends_in_the_chat_function_needs_no_execution(stack: MotoStack) -> None:
+    stack.api_faults[("ChatFunction", "StartExecution")] = ["ServiceUnavailable*"]
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    assert_complete_turn(response.chunks())
+    assert state_of(stack, run_id).status == "finished"
+    assert stack.executions() == []
