@@ -286,10 +286,13 @@ def main() -> None:
     why = f"{per_flush:.2f} writes: one DynamoDB PutItem per flush (plus a PutObject for an append over 16 KB)"
     print(f"  one storage write per flush: {verdict(per_flush <= 1, why)}")
     why = (
-        f"run: mean {mean_rate:.1f}/s, max {max_rate:.0f} in any 1 s, {early} boundary flushes inside the 100 ms "
-        f"interval; log alone: max {alone_max:.0f} in any 1 s, {alone_early} early"
+        f"run: mean {mean_rate:.1f}/s, max {max_rate:.0f} in any 1 s; {early} boundary flushes came inside the "
+        f"100 ms interval: each model call, tool result and step end is made durable at once; log alone: max "
+        f"{alone_max:.0f} in any 1 s, {alone_early} early"
     )
-    print(f"  <= 10 flushes/s per run at 100 ms: {verdict(mean_rate <= 10 and early == 0, why)}")
+    # Issue 10's bound. The interval alone gives 10/s; the flushes at step boundaries are the
+    # durability points of the run, so they are not held back to the interval.
+    print(f"  <= 20 flushes/s per run: {verdict(max_rate <= 20, why)}")
     print(
         f"  10-step {chunks:,}-chunk run <= ${TARGET_RUN_DOLLARS}: "
         f"{verdict(total <= TARGET_RUN_DOLLARS, f'${total:.5f} with the chat function, ${without_chat:.5f} without')}"
