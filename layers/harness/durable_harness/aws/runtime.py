@@ -20,8 +20,13 @@ Environment (set by the SAM template):
 Clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so they are
 created once per process and reused across invocations of a warm Lambda. They are botocore
 clients from one shared session (:mod:`.clients`: boto3 is not imported); a test may pass a
-``boto3.Session`` of its own. The EventBridge client is made on first use: the chat function
-publishes only when a run is cancelled.
+``boto3.Session`` of its own. The DynamoDB client is made at once (every request and slice
+starts with a read or write of the runs table); the others on first use (``LazyClient``): the S3
+client at a slice's first seal (or a resume's first read of a sealed segment), the Step Functions
+client when the chat function starts a run's execution (after the first chunk of a slice it runs
+itself) or a slice hands over, the EventBridge client at the first event (the chat function
+publishes only when a run is cancelled). Each is a cost of the chat function's cold start its first
+chunk does not wait for (``bench/cold_start.py``).
 """
 
 from __future__ import annotations
@@ -110,7 +115,8 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
     def client(service: str) -> Any:
         return client_for(service, session=session, region=region)
 
-    dynamodb, s3 = client("dynamodb"), client("s3")
+    dynamodb = client("dynamodb")
+    s3, sfn = LazyClient(lambda: client("s3")), LazyClient(lambda: client("stepfunctions"))
     # Chunk items live as long as the run's S3 objects: written after the record's creation, they
     # outlive the record, whose TTL is capped at creation + retention.
     log_ttl = retention if retention is not None else ttl_seconds
@@ -121,7 +127,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
     )  # fmt: skip
     try:
         orchestrator = StepFunctionsOrchestrator(
-            state_machine, client=client("stepfunctions"), incarnation=store.incarnation
+            state_machine, client=sfn, incarnation=store.incarnation
         )
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
@@ -133,7 +139,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         events=EventPublisher(bus, client=LazyClient(lambda: client("events"))) if bus else None,
         handover=StepFunctionsHandover(
             orchestrator,
-            client=client("stepfunctions"),
+            client=sfn,
             dynamodb_client=dynamodb,
             table_name=table,
             heartbeat_seconds=heartbeat,
