@@ -70,6 +70,22 @@ def test_the_runtime_makes_only_the_dynamodb_client_until_another_is_used(
     assert services.count("dynamodb") == 1 and "stepfunctions" not in services
     built.orchestrator.cancel(state.run_id)  # no execution to stop, but it asks Step Functions
     assert services.count("stepfunctions") == 1
+def test_without_inline_slices_the_runtime_makes_the_step_functions_client_at_once(
+    ddb: Any, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services: list[str] = []
+    real = runtime.client_for
+
+    def recording(service: str, **kwargs: Any) -> Any:
+        services.append(service)
+        return real(service, **kwargs)
+
+    monkeypatch.setattr(runtime, "client_for", recording)
+    runtime.build_runtime({**ENV, "INLINE_FIRST_SLICE": "0"})
+    # Every POST then starts its run's execution before its first chunk: the client is ready for it.
+    assert services == ["dynamodb", "stepfunctions"]
+
+
 def test_the_runtime_imports_no_boto3() -> None:
     code = (
         "import json, sys\n"
