@@ -28,8 +28,9 @@ functions' code from ``.aws-sam/build/<Function>`` and the layer from
   runs and serves over HTTP on loopback (``AWS_ENDPOINT_URL``; the runs table, the chunk bucket and
   the state machine created as deployed, ``MODEL_ID=demo``): the CPU and wall time from the call to
   the response's start, and to its first body bytes when they come within a few seconds (a run
-  the chat function streams itself). So a cut in the import that only moved work into the first
-  request would show.
+  the chat function streams itself). Every process sends a new chat (a message id of its own), so
+  every POST creates a run: none is a retry of an earlier process's run. So a cut in the import
+  that only moved work into the first request would show.
 * Also printed: slice and chat with the layer's ``.pyc`` removed (as the layer shipped before
   build_layer.py compiled it), ``-X importtime`` self time by package, and that no function opens
   a network connection at import.
@@ -72,6 +73,8 @@ BUILD = REPO / ".aws-sam" / "build"
 NATIVE_CACHE = REPO / ".aws-sam" / "bench-native"
 FIRST_BODY_WAIT = 3.0
 """Seconds the first request waits for its first body bytes after the response started."""
+FIRST_DONE_WAIT = 10.0
+"""Seconds it then waits for the turn's last chunk (``finish``)."""
 FUNCTIONS = {"slice": "SliceFunction", "chat": "ChatFunction", "finalizer": "FinalizerFunction",
              "trigger": "TriggerFunction"}  # fmt: skip
 
@@ -113,14 +116,16 @@ print("BENCH", (t1 - t0) * 1000, (c2 - c1) * 1000 if setup else -1, len(attempts
 if {first!r}:
     import asyncio, json
     text = {{"type": "text", "text": "What is the weather in Paris?"}}
-    body = json.dumps({{"messages": [{{"id": "u1", "role": "user", "parts": [text]}}]}}).encode()
+    # A message id of its own: the run id derives from the last message, and a run that exists (from an
+    # earlier process) would make this POST a retry, which streams the stored run instead of a new one.
+    body = json.dumps({{"messages": [{{"id": "u-" + os.urandom(8).hex(), "role": "user", "parts": [text]}}]}}).encode()
     scope = {{"type": "http", "asgi": {{"version": "3.0"}}, "http_version": "1.1", "method": "POST", "scheme": "http",
              "path": "/api/chat", "raw_path": b"/api/chat", "query_string": b"", "root_path": "",
              "headers": [(b"authorization", b"Bearer bench"), (b"content-type", b"text/plain;charset=UTF-8")],
              "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000)}}
     marks = {{}}
     async def post():
-        started, first_body, gone = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        started, first_body, done, gone = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
         given = []
         async def receive():
             if not given:
@@ -133,24 +138,30 @@ if {first!r}:
             if message["type"] == "http.response.start":
                 marks["start"], marks["status"] = now, message["status"]
                 started.set()
-            elif message.get("body") and "body" not in marks:
-                marks["body"] = now
-                first_body.set()
+            elif message.get("body"):
+                if "body" not in marks:
+                    marks["body"] = now
+                    first_body.set()
+                if b'"type":"finish"' in message["body"]:  # the turn's last chunk (its slice sealed the log with it)
+                    marks["done"] = now
+                    done.set()
         c, t = time.process_time(), time.perf_counter()
         task = asyncio.ensure_future(loaded(scope, receive, send))
         await asyncio.wait_for(started.wait(), 60)
         try:
             await asyncio.wait_for(first_body.wait(), {body_wait!r})
+            await asyncio.wait_for(done.wait(), {done_wait!r})
         except TimeoutError:
             pass
-        gone.set()  # the client goes: what the app does next (finish the run, hand it over) is not measured
+        gone.set()  # the client goes: what the app does next (announce the slice, hand it over) is not measured
         task.cancel()
         await asyncio.wait({{task}}, timeout=5)
         return c, t
     c, t = asyncio.run(post())
     body_ms, body_cpu = ((marks["body"][1] - t) * 1000, (marks["body"][0] - c) * 1000) if "body" in marks else (-1, -1)
+    done_ms, done_cpu = ((marks["done"][1] - t) * 1000, (marks["done"][0] - c) * 1000) if "done" in marks else (-1, -1)
     print("FIRST", marks["status"], (marks["start"][0] - c) * 1000, (marks["start"][1] - t) * 1000, body_ms, body_cpu,
-          flush=True)
+          done_ms, done_cpu, flush=True)
     os._exit(0)  # not waiting for the threads of a run that was cut short
 """
 
@@ -336,7 +347,8 @@ def run_import(py: str, name: str, build: Path, layer: Path, *, importtime: bool
         env["AWS_ENDPOINT_URL"], allowed = endpoint, [(host, int(port))]
         env["MODEL_ID"] = "demo"  # a turn the chat function runs itself needs no model provider
     code = DRIVER.format(fn=str(fn_dir), layer=str(layer), chat=chat_launcher(fn_dir) if name == "chat" else "",
-                         allowed=allowed, first=endpoint is not None, body_wait=FIRST_BODY_WAIT)  # fmt: skip
+                         allowed=allowed, first=endpoint is not None, body_wait=FIRST_BODY_WAIT,
+                         done_wait=FIRST_DONE_WAIT)  # fmt: skip
     args = [py, "-S", "-B", *(["-X", "importtime"] if importtime else []), "-c", code]
     t0 = time.perf_counter()
     done = subprocess.run(args, env=env, capture_output=True, text=True, cwd=fn_dir)
@@ -351,9 +363,10 @@ def run_import(py: str, name: str, build: Path, layer: Path, *, importtime: bool
     if endpoint is not None:
         if first is None:
             raise RuntimeError(f"the first request of {name} failed:\n{done.stdout}\n{done.stderr[-3000:]}")
-        _, status, post_cpu, post_ms, body_ms, body_cpu = first.split()
+        _, status, post_cpu, post_ms, body_ms, body_cpu, done_ms, done_cpu = first.split()
         result |= {"status": int(status), "post_cpu": float(post_cpu), "post_ms": float(post_ms),
-                   "body_ms": float(body_ms), "body_cpu": float(body_cpu)}  # fmt: skip
+                   "body_ms": float(body_ms), "body_cpu": float(body_cpu), "done_ms": float(done_ms),
+                   "done_cpu": float(done_cpu)}  # fmt: skip
     return result
 
 
@@ -419,8 +432,12 @@ def measure_first(py: str, builds: dict[str, tuple[Path, Path]], runs: int) -> d
             "post_cpu": statistics.median(s["post_cpu"] for s in got),
             "post_ms": statistics.median(s["post_ms"] for s in got),
             "total_cpu": statistics.median(s["cpu"] + s["post_cpu"] for s in got),
+            "first_cpu": statistics.median(s["cpu"] + s["body_cpu"] for s in got)
+            if all(s["body_ms"] >= 0 for s in got) else -1,
             "body_ms": statistics.median(s["body_ms"] for s in got) if all(s["body_ms"] >= 0 for s in got) else -1,
             "body_cpu": statistics.median(s["body_cpu"] for s in got) if all(s["body_ms"] >= 0 for s in got) else -1,
+            "done_ms": statistics.median(s["done_ms"] for s in got) if all(s["done_ms"] >= 0 for s in got) else -1,
+            "done_cpu": statistics.median(s["done_cpu"] for s in got) if all(s["done_ms"] >= 0 for s in got) else -1,
         }
     return out
 
@@ -524,15 +541,24 @@ def main() -> None:
                      *(f"{label}: modules" for label in builds)], rows))  # fmt: skip
     if first:
         print(f"\nchat: cold start through the first request, median of {args.runs_first} fresh processes: the import, "
-              "then POST /api/chat handled in-process against moto over loopback (real HTTP, the process's own "
-              "botocore); the POST's figures run from the app's call to its response's start (the run record "
-              "written, its execution started):\n")  # fmt: skip
+              "then POST /api/chat (a new chat) handled in-process against moto over loopback (real HTTP, the "
+              "process's own botocore), CPU and wall time from the app's call: to its response's start (the run "
+              "record written), to the first body bytes (the first chunk of the run's first slice, which the "
+              "function runs itself; it starts the run's execution after that chunk), and to the turn's last "
+              "chunk (`finish`: the demo turn's one slice ends with it, its log sealed to S3 as it is committed):\n"
+              )  # fmt: skip
         none = f"none in {FIRST_BODY_WAIT:.0f} s"
-        rows = [[label, f["cpu"], f["post_cpu"], f["post_ms"], f["total_cpu"], f["status"],
-                 f["body_cpu"] if f["body_ms"] >= 0 else none, f["body_ms"] if f["body_ms"] >= 0 else none]
+
+        def cell(f: dict[str, float], key: str, ms: str) -> Any:
+            return f[key] if f[ms] >= 0 else none
+
+        rows = [[label, f["cpu"], f["post_cpu"], f["post_ms"], f["status"], cell(f, "body_cpu", "body_ms"),
+                 cell(f, "body_ms", "body_ms"), cell(f, "first_cpu", "body_ms"),
+                 cell(f, "done_cpu", "done_ms"), cell(f, "done_ms", "done_ms")]
                 for label, f in first.items()]  # fmt: skip
-        print(table(["build", "import CPU ms", "first POST CPU ms", "first POST ms", "import + POST CPU ms", "status",
-                     "to first body bytes: CPU ms", "ms"], rows))  # fmt: skip
+        print(table(["build", "import CPU ms", "to response start: CPU ms", "ms", "status",
+                     "to first body bytes: CPU ms", "ms", "import + CPU to first body bytes", "to finish: CPU ms",
+                     "ms"], rows))  # fmt: skip
     print(f"\nchat: where its load goes, stage by stage (garbage collector off, as serve.load() runs it; median "
           f"CPU ms of {args.runs} fresh processes):\n")  # fmt: skip
     print(table(["stage", "CPU ms"], [*zip(STAGE_NAMES, stages, strict=True), ["total", sum(stages)]]))

@@ -17,6 +17,10 @@ Errors, as the state machine sees them:
 
 from __future__ import annotations
 
+import gc
+
+gc.disable()  # while the handler's modules load (see the end of this module)
+
 import asyncio
 import os
 from functools import cache
@@ -87,3 +91,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.info("slice done", extra={"before": before, "status": state.status, "slices": state.slices})
     announce_slice(runtime.events, before, state, runner.result)  # best effort
     return {"runId": run_id, "status": state.status, "slices": state.slices}
+
+
+# Loading made a few hundred thousand objects that live as long as the container; the collector's
+# runs during the load walked them again and again, for nothing (bench/cold_start.py: about a
+# tenth of the import). Frozen, no later collection looks at them either; the collector is back on
+# for the objects of the invocations.
+gc.freeze()
+gc.enable()

@@ -10,9 +10,10 @@
    and Powertools' bundled Swagger UI (the harness serves its own HTTP API).
 3. Compact the kept botocore data (:func:`compact_models`): every JSON file re-written without
    indentation, and the service models without their documentation strings (botocore reads them
-   only for docstrings). A client's creation parses its service's model, its endpoint rules and
-   botocore's endpoint data: with the text a fifth of its size, a cold start that makes the chat
-   function's clients spends about 20 ms less (``bench/cold_start.py``).
+   only for docstrings, but those of :data:`KEPT_DOCUMENTATION`). A client's creation parses its
+   service's model, its endpoint rules and botocore's endpoint data: with the text a fifth of its
+   size, a cold start that makes the chat function's clients spends about 20 ms less
+   (``bench/cold_start.py``).
 4. Compile every module the functions import to bytecode (:func:`compile_layer`), with the runtime's
    Python and ``unchecked-hash`` invalidation. The layer lands on Lambda's read-only ``/opt``, where
    Python can neither write a ``.pyc`` nor trust a timestamp-based one (zip round trips do not keep
@@ -126,7 +127,7 @@ def prune(out: Path, services: frozenset[str] = BOTOCORE_SERVICES) -> list[str]:
 def compact_models(out: Path) -> int:
     """Re-write botocore's JSON data in ``out`` compactly, service models without documentation; the
     bytes saved. The data stays what botocore reads: same files, same keys but the ``documentation``
-    and ``documentationUrl`` strings."""
+    and ``documentationUrl`` strings (outside :data:`KEPT_DOCUMENTATION`)."""
     saved = 0
     for path in sorted((out / "botocore" / "data").rglob("*.json*")):
         gz = path.name.endswith(".json.gz")
@@ -142,10 +143,16 @@ def compact_models(out: Path) -> int:
     return saved
 
 
+KEPT_DOCUMENTATION = frozenset({"clientContextParams"})
+"""Parts of a service model whose documentation strings botocore reads, not just shows: a client
+parameter's ``documentation`` is a required key (``botocore.model.ServiceModel.client_context_parameters``
+indexes it, when the endpoint ruleset of S3's every call is resolved)."""
+
+
 def _without_documentation(value: object) -> object:
     # A documentation string is dropped; a member or shape *named* "documentation" (a dict) is kept.
     if isinstance(value, dict):
-        return {k: _without_documentation(v) for k, v in value.items()
+        return {k: v if k in KEPT_DOCUMENTATION else _without_documentation(v) for k, v in value.items()
                 if not (k in ("documentation", "documentationUrl") and isinstance(v, str))}  # fmt: skip
     if isinstance(value, list):
         return [_without_documentation(v) for v in value]

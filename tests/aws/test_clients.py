@@ -1,4 +1,5 @@
-"""Client construction: botocore clients from one shared session, no boto3, EventBridge on first use."""
+"""Client construction: botocore clients from one shared session, no boto3; every client but
+DynamoDB's made on first use."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from durable_harness.aws import clients, runtime
 from durable_harness.aws.clients import LazyClient, make_client
+from durable_harness.ports import Checkpoint
 from durable_harness.runner.state import RunState
 
 from tests.aws.conftest import BUCKET, REGION, TABLE
@@ -46,7 +48,7 @@ def test_a_lazy_client_is_made_on_first_use_only_and_once() -> None:
     assert made == ["client"]
 
 
-def test_the_runtime_makes_the_events_client_when_it_first_publishes(
+def test_the_runtime_makes_only_the_dynamodb_client_until_another_is_used(
     ddb: Any, s3: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     services: list[str] = []
@@ -58,12 +60,30 @@ def test_the_runtime_makes_the_events_client_when_it_first_publishes(
 
     monkeypatch.setattr(runtime, "client_for", recording)
     built = runtime.build_runtime({**ENV, "EVENT_BUS_NAME": "default"})
-    assert {"dynamodb", "s3", "stepfunctions"} <= set(services) and "events" not in services
+    assert services == ["dynamodb"]  # S3, Step Functions and EventBridge: on first use
     assert built.events is not None
     state = RunState(run_id="wrun_0123456789abcdefghjkmnpqrs", session_id="s", message_id="m", status="finished")
     built.events.publish(state, "Run Started")  # moto's EventBridge accepts both
     built.events.publish(state, "Run Finished")
     assert services.count("events") == 1  # made by the first publish, then kept
+    built.store.create(Checkpoint(run_id=state.run_id, state="{}", status="running"))
+    assert services.count("dynamodb") == 1 and "stepfunctions" not in services
+    built.orchestrator.cancel(state.run_id)  # no execution to stop, but it asks Step Functions
+    assert services.count("stepfunctions") == 1
+def test_without_inline_slices_the_runtime_makes_the_step_functions_client_at_once(
+    ddb: Any, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services: list[str] = []
+    real = runtime.client_for
+
+    def recording(service: str, **kwargs: Any) -> Any:
+        services.append(service)
+        return real(service, **kwargs)
+
+    monkeypatch.setattr(runtime, "client_for", recording)
+    runtime.build_runtime({**ENV, "INLINE_FIRST_SLICE": "0"})
+    # Every POST then starts its run's execution before its first chunk: the client is ready for it.
+    assert services == ["dynamodb", "stepfunctions"]
 
 
 def test_the_runtime_imports_no_boto3() -> None:

@@ -57,19 +57,22 @@ def function_dir(logical_id: str) -> str:
 
 
 @pytest.mark.parametrize("logical_id", ["ChatFunction", "SliceFunction", "FinalizerFunction", "TriggerFunction"])
-def test_a_function_imports_nothing_of_the_local_kit(logical_id: str) -> None:
+def test_a_function_imports_nothing_of_the_local_kit_and_freezes_its_load(logical_id: str) -> None:
     load = "import serve; serve.load()" if logical_id == "ChatFunction" else "import app"  # as run.sh / Lambda do
     code = (
-        "import json, sys\n"
+        "import gc, json, sys\n"
         f"{load}\n"
         "import app\n"
+        "collector = [gc.isenabled(), gc.get_freeze_count()]  # the load ran without it, then was frozen\n"
         "getattr(app, '_runtime', lambda: None)()  # the first invocation's setup too\n"
-        f"print(json.dumps([m for m in {LOCAL_ONLY!r} if m in sys.modules]))\n"
+        f"print(json.dumps([[m for m in {LOCAL_ONLY!r} if m in sys.modules], collector]))\n"
     )
     env = function_env(logical_id)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == []
+    local, (enabled, frozen) = json.loads(done.stdout.splitlines()[-1])
+    assert local == []
+    assert enabled and frozen > 10_000  # the collector is back on for the invocations; the load is frozen
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import botocore.session
 import pytest
 from botocore.loaders import Loader, create_loader
 from durable_harness.aws.runtime import build_runtime
+from moto import mock_aws
 
 from .cfn import load_template
 
@@ -131,6 +132,8 @@ def test_compacted_models_keep_every_operation_and_shape_but_no_documentation(pr
             name: shape.get("members", {}).keys() for name, shape in theirs["shapes"].items()
         }
         assert ours == build_layer._without_documentation(theirs)
+        kept = ours.pop("clientContextParams", {})  # botocore indexes their documentation: kept
+        assert all("documentation" in param for param in kept.values())
         assert '"documentation"' not in json.dumps(ours)
         ruleset = "endpoint-rule-set-1"
         assert compact.load_service_model(service, ruleset) == full.load_service_model(service, ruleset)
@@ -172,6 +175,14 @@ def test_the_runtime_makes_its_clients_from_the_kept_models_alone(
         assert session.client(service).meta.service_model.service_name == service
     with pytest.raises(botocore.exceptions.UnknownServiceError):
         session.client("sqs")  # really pruned
+    with mock_aws():  # every client the harness makes works from these models: a call resolves its endpoint
+        s3 = session.client("s3")
+        s3.create_bucket(Bucket="chunks")
+        s3.put_object(Bucket="chunks", Key="k", Body=b"{}")
+        assert s3.get_object(Bucket="chunks", Key="k")["Body"].read() == b"{}"
+        assert session.client("dynamodb").list_tables()["TableNames"] == []
+        assert session.client("stepfunctions").list_state_machines()["stateMachines"] == []
+        session.client("events").list_event_buses()
 
 
 def test_other_services_load_from_the_runtimes_models_after_the_layers(pruned_models: Path) -> None:

@@ -4,8 +4,6 @@ These are tagged, serializable pydantic models; their JSON (``to_dict``) is the 
 SDK's ``ModelMessage`` for the same content, so reference examples compare directly.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter

@@ -1,7 +1,5 @@
 """Loop control and call options: stop conditions, timeouts, retry delays, hook signatures."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field

@@ -6,8 +6,6 @@ checkpoint once (decision D5), and the steps are read from it. The k-th assistan
 turn is its k-th model step; the tool message after it holds that step's results.
 """
 
-from __future__ import annotations
-
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any

@@ -1,7 +1,5 @@
 """The serializable state of a tool-loop turn, checkpointed at every boundary."""
 
-from __future__ import annotations
-
 import time
 from typing import Any, Literal
 

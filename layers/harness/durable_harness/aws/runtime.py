@@ -15,13 +15,21 @@ Environment (set by the SAM template):
                        items live this long after they were written
 ``INLINE_HEARTBEAT_SECONDS``  the heartbeat the chat function promises while it runs a run's
                        first slice itself (:mod:`.handover`; default 30)
+``INLINE_FIRST_SLICE``  ``0`` when the chat function leaves every slice to the slice function
+                       (read here only for when the Step Functions client is made; see below)
 =====================  ===========================================================
 
 Clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so they are
 created once per process and reused across invocations of a warm Lambda. They are botocore
 clients from one shared session (:mod:`.clients`: boto3 is not imported); a test may pass a
-``boto3.Session`` of its own. The EventBridge client is made on first use: the chat function
-publishes only when a run is cancelled.
+``boto3.Session`` of its own. The DynamoDB client is made at once (every request and slice
+starts with a read or write of the runs table); the others on first use (``LazyClient``): the S3
+client at a slice's first seal (or a resume's first read of a sealed segment), the Step Functions
+client when the chat function starts a run's execution (after the first chunk of a slice it runs
+itself) or a slice hands over, the EventBridge client at the first event (the chat function
+publishes only when a run is cancelled). Each is a cost of the chat function's cold start its first
+chunk does not wait for (``bench/cold_start.py``). With ``INLINE_FIRST_SLICE=0`` the chat function
+starts each run's execution before its first chunk, so the Step Functions client is made at once.
 """
 
 from __future__ import annotations
@@ -110,7 +118,10 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
     def client(service: str) -> Any:
         return client_for(service, session=session, region=region)
 
-    dynamodb, s3 = client("dynamodb"), client("s3")
+    dynamodb = client("dynamodb")
+    s3 = LazyClient(lambda: client("s3"))
+    inline = env.get("INLINE_FIRST_SLICE", "1") != "0"  # as the chat app reads it
+    sfn = LazyClient(lambda: client("stepfunctions")) if inline else client("stepfunctions")
     # Chunk items live as long as the run's S3 objects: written after the record's creation, they
     # outlive the record, whose TTL is capped at creation + retention.
     log_ttl = retention if retention is not None else ttl_seconds
@@ -121,7 +132,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
     )  # fmt: skip
     try:
         orchestrator = StepFunctionsOrchestrator(
-            state_machine, client=client("stepfunctions"), incarnation=store.incarnation
+            state_machine, client=sfn, incarnation=store.incarnation
         )
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
@@ -133,7 +144,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         events=EventPublisher(bus, client=LazyClient(lambda: client("events"))) if bus else None,
         handover=StepFunctionsHandover(
             orchestrator,
-            client=client("stepfunctions"),
+            client=sfn,
             dynamodb_client=dynamodb,
             table_name=table,
             heartbeat_seconds=heartbeat,

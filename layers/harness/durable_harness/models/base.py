@@ -6,8 +6,6 @@ A model call takes a :class:`ModelRequest` and yields harness stream parts
 of this call. A failed call raises :class:`~durable_harness.errors.ModelError`.
 """
 
-from __future__ import annotations
-
 from collections.abc import AsyncIterator
 from typing import Any, Literal, Protocol, runtime_checkable
 

@@ -6,8 +6,6 @@ Decoding follows ``harnessV1StreamPartSchema`` of ``@ai-sdk/harness`` 1.0.122 (z
 first, then the camelCase fields, like the Go port's ``MarshalStreamPart``.
 """
 
-from __future__ import annotations
-
 import json
 from typing import Annotated, Any, Literal, TypeAlias
 

@@ -6,8 +6,6 @@ harness parts. Its state is a small pydantic model, so a run sliced over several
 invocations checkpoints it and continues the stream exactly where the last slice stopped.
 """
 
-from __future__ import annotations
-
 import json
 import secrets
 import string

@@ -6,8 +6,6 @@ fields absent, never ``null`` (except ``unknown`` ones); extra keys accepted and
 base below is shared by the other wire modules.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias, TypeVar
 

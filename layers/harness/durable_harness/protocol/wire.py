@@ -6,8 +6,6 @@ optional here has the default ``None`` and is dropped from the JSON when it is `
 required field is always written, ``None`` included.
 """
 
-from __future__ import annotations
-
 import json
 from typing import Any, ClassVar
 

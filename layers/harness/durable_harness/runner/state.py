@@ -1,7 +1,5 @@
 """The serializable state of one run (one turn of a conversation), stored as its checkpoint."""
 
-from __future__ import annotations
-
 import time
 from typing import Any, Literal
 
