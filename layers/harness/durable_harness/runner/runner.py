@@ -64,6 +64,8 @@ class Runner:
     own (``HarnessOptions.approval_secret``), else ``TOOL_APPROVAL_SECRET`` / ``..._ARN``.
     ``telemetry`` sees every slice (:mod:`durable_harness.telemetry`); by default the one the
     environment asks for, chosen at the first slice.
+    ``flush_interval`` and ``flush_burst`` pace the chunk log's group commit
+    (:class:`~durable_harness.storage.writer.ChunkWriter`).
     ``checkpoint_grace``: how long a ``deferrable`` harness checkpoint waits to be superseded by the
     next one before it is written anyway (``None``: until the next one; 0: written at once); see
     :mod:`durable_harness.runner.progress`.
@@ -76,6 +78,7 @@ class Runner:
         log: ChunkLog,
         *,
         flush_interval: float = 0.1,
+        flush_burst: int = 1,
         on_commit: Callable[[str, int], None] | None = None,
         approval_secret: ApprovalSecret | None = None,
         telemetry: Telemetry | None = None,
@@ -87,6 +90,7 @@ class Runner:
         self.store = store
         self.log = log
         self.flush_interval = flush_interval
+        self.flush_burst = flush_burst
         self.on_commit = on_commit
         self.approval_secret = approval_secret or self.options.approval_secret or ApprovalSecret()
         self.ledger = ApprovalLedger(store)
@@ -179,6 +183,7 @@ class Runner:
             epoch=cp.epoch,
             start=count,
             flush_interval=self.flush_interval,
+            flush_burst=self.flush_burst,
             on_commit=self.on_commit,
         )
         replay = await self._reset_if_interrupted(state, count, translator, writer)
