@@ -169,13 +169,10 @@ class Runner:
     async def run_slice(self, run_id: str, *, budget_seconds: float | None = None) -> RunState:
         """Run one time slice; ``budget_seconds=None`` runs until the turn pauses or ends."""
         started = time.monotonic()
-        cp = await asyncio.to_thread(self.store.load, run_id)
-        state = RunState.model_validate_json(cp.state)
-        if state.terminal:
+        cp, state, count = await asyncio.to_thread(self._begin_slice, run_id)
+        if count is None:
             await self._complete_tail(cp, state)
             return state
-        cp = await asyncio.to_thread(self.store.claim, run_id, cp.version)
-        count = await asyncio.to_thread(self.log.open, run_id, cp.epoch)
         translator = self._translator(state)
         writer = ChunkWriter(
             self.log,
@@ -325,6 +322,16 @@ class Runner:
             logger.exception("run %s: the harness's on_cancel failed", state.run_id)
 
     # --- internals -------------------------------------------------------------------------------
+
+    def _begin_slice(self, run_id: str) -> tuple[Checkpoint, RunState, int | None]:
+        """Load the run and, unless it is terminal (count ``None``), claim it and open its log:
+        one trip to a worker thread for the three storage calls a slice starts with."""
+        cp = self.store.load(run_id)
+        state = RunState.model_validate_json(cp.state)
+        if state.terminal:
+            return cp, state, None
+        cp = self.store.claim(run_id, cp.version)
+        return cp, state, self.log.open(run_id, cp.epoch)
 
     @staticmethod
     def _note_approval(state: RunState, translator: StreamTranslator, part: hp.ToolApprovalRequestPart) -> None:
