@@ -8,14 +8,22 @@ delta emitted by the model), p50 and p99, the differences and ratios, and the ta
 within 30 ms of direct at p50; added per-chunk latency p50 <= 20 ms, p99 <= 80 ms).
 
 Each path gets one keep-alive client (as a browser has), and one warm-up turn that is not counted.
-The servers set TCP_NODELAY like ``uvicorn --host --port`` does (see ``_common.serve``).
+The servers set TCP_NODELAY like ``uvicorn --host --port`` does (see ``_common.serve``). The paths
+take turns (durable, direct, durable, ...), so a slow moment of the shared machine hits both alike.
+After the full turns come ``--ttfc-runs`` short turns (a few deltas each) on the two local paths:
+the first chunk does not depend on the rest of the turn, and that many turns keep the TTFC p50
+within a few tenths of a millisecond from one run of the script to the next.
+
+Where the first chunk's time goes is printed stage by stage (``_stages.py``: POST received, run
+created, lease taken, slice claimed and log opened, the model's first delta, its append, the
+commit signal, the follower's read, the ASGI send, the client), for the durable and the direct path.
 
 Two more paths, for reference (no target), are the adapters of the deployed wiring under moto:
 DynamoDB checkpoints and chunk log, 100 ms group commit, and a reader that polls every 250 ms (the
 ServiceConfig default), then every 50 ms (``--no-deployed`` skips them). ``deployed_wiring.py``
 measures the real deployed wiring (template, handlers, Step Functions, its flush and poll).
 
-    .venv/bin/python bench/relay_latency.py [--deltas 200] [--interval-ms 5] [--runs 5]
+    .venv/bin/python bench/relay_latency.py [--deltas 200] [--interval-ms 5] [--runs 10] [--ttfc-runs 100]
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Any
 
 import httpx
 from _common import MotoAws, machine, median, pct, serve, table, verdict
+from _stages import StageProbe
 from _targets import LOCAL_ADDED_CHUNK_P50_MS, LOCAL_ADDED_TTFC_MS, report
 from durable_harness.agent.loop import ToolLoopAgent
 from durable_harness.models.base import ModelRequest, finish
@@ -48,15 +57,20 @@ from durable_harness.server.service import ChatService, ServiceConfig
 EMITTED: dict[str, float] = {}
 DEPLOYED = "deployed wiring (moto)"
 DEPLOYED_50 = "deployed wiring, 50 ms poll"
+SHORT = 5
+"""Text deltas of a short turn (it times the first chunk: the rest of a turn does not change that)."""
 
 
 def paced_model(deltas: int, interval: float) -> FunctionModel:
-    """A model that emits ``deltas`` text deltas, one every ``interval`` seconds, noting when."""
+    """A model that emits ``deltas`` text deltas, one every ``interval`` seconds, noting when.
+
+    A prompt ending in ``#N`` gets N deltas instead (the short turns that time the first chunk)."""
 
     async def steps(request: ModelRequest, index: int) -> AsyncIterator[Any]:
         tag = request.messages[-1].content[0].text  # type: ignore[union-attr]
+        count = int(tag.rpartition("#")[2]) if "#" in tag else deltas
         yield hp.TextStartPart(id="t")
-        for i in range(deltas):
+        for i in range(count):
             await asyncio.sleep(interval)
             key = f"{tag}:{i}"
             EMITTED[key] = time.perf_counter()
@@ -119,12 +133,16 @@ def deployed_app(model: FunctionModel, aws: MotoAws, poll_seconds: float = 0.25)
     return ChatApp(service, on_shutdown=orchestrator.aclose)
 
 
-def measure(client: httpx.Client, url: str, tag: str) -> tuple[float, float, list[float]]:
+def measure(
+    client: httpx.Client, url: str, tag: str, probe: StageProbe | None = None
+) -> tuple[float, float, list[float]]:
     """One turn: (time to the first byte of the body, time to the first text-delta, per-delta
-    latency list), in milliseconds."""
+    latency list), in milliseconds. ``probe`` hears when the turn was sent and its first delta came."""
     body = json.dumps({"messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": tag}]}]})
     parser, first_byte, first, added = SSEParser(), None, None, []
     sent = time.perf_counter()
+    if probe is not None:
+        probe.begin(sent)
     with client.stream("POST", f"{url}/api/chat", content=body, timeout=60) as response:
         for raw in response.iter_raw():
             now = time.perf_counter()
@@ -134,6 +152,8 @@ def measure(client: httpx.Client, url: str, tag: str) -> tuple[float, float, lis
                     continue
                 chunk = json.loads(data)
                 if chunk["type"] == "text-delta":
+                    if first is None and probe is not None:
+                        probe.end(now, EMITTED[chunk["delta"][1:-1]])
                     first = first if first is not None else now - sent
                     added.append(now - EMITTED[chunk["delta"][1:-1]])
     assert first is not None and first_byte is not None
@@ -145,32 +165,50 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--deltas", type=int, default=200)
     parser.add_argument("--interval-ms", type=float, default=5.0)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=10, help="full turns per path (per-chunk latency, TTFC)")
+    parser.add_argument(
+        "--ttfc-runs", type=int, default=100,
+        help=f"short turns ({SHORT} deltas) per local path, for a steady TTFC p50 (0: none)",
+    )  # fmt: skip
     parser.add_argument("--no-deployed", action="store_true", help="skip the deployed wiring under moto")
+    parser.add_argument(
+        "--data-dir", default=None,
+        help="where the local kit's data folder goes (default: the system's temporary folder; /dev/shm shows "
+        "what the disk's file creation costs)",
+    )  # fmt: skip
     args = parser.parse_args()
     model = paced_model(args.deltas, args.interval_ms / 1000)
     names = ["durable", "direct"] + ([] if args.no_deployed else [DEPLOYED, DEPLOYED_50])
     results: dict[str, tuple[list[float], list[float], list[float]]] = {n: ([], [], []) for n in names}
-    with tempfile.TemporaryDirectory() as data, MotoAws() as aws, ExitStack() as stack:
+    probes = {"durable": StageProbe(), "direct": StageProbe()}
+    with tempfile.TemporaryDirectory(dir=args.data_dir) as data, MotoAws() as aws, ExitStack() as stack:
         kit = build_local_kit(ToolLoopAgent(model=model), data)
         apps = {
-            "durable": kit.app,
-            "direct": bare_sse_app(model),
+            "durable": probes["durable"].attach(kit),
+            "direct": probes["direct"].wrap(bare_sse_app(model)),
             DEPLOYED: deployed_app(model, aws),
             DEPLOYED_50: deployed_app(model, aws, poll_seconds=0.05),
         }
         paths = [(n, stack.enter_context(serve(apps[n])), stack.enter_context(httpx.Client())) for n in names]
-        for run in range(args.runs + 1):  # the first run of each warms up (connections, imports)
+        # Full turns, then short ones, each path in turn (interleaved: a slow moment of this shared
+        # machine hits both paths alike). The first of each path warms up (connections, imports).
+        turns = [(run, "") for run in range(args.runs + 1)] + [(run, f"#{SHORT}") for run in range(args.ttfc_runs)]
+        for run, suffix in turns:
             for name, url, client in paths:
-                first_byte, ttfc, added = measure(client, url, f"{name}{run}")
-                if run:
+                if suffix and name not in probes:
+                    continue
+                probe = probes.get(name) if run or suffix else None
+                first_byte, ttfc, added = measure(client, url, f"{name}{run}{suffix}", probe)
+                if run or suffix:
                     results[name][0].append(first_byte)
                     results[name][1].append(ttfc)
-                    results[name][2].extend(added)
+                    if not suffix:
+                        results[name][2].extend(added)
     print(f"relay_latency: {machine()}")
     print(
         f"{args.runs} turns per path (after one warm-up turn), {args.deltas} text deltas every {args.interval_ms} ms, "
-        "keep-alive HTTP/1.1 on loopback, local kit (SQLite + file log, 10 ms group commit)\n"
+        f"then {args.ttfc_runs} turns of {SHORT} deltas per local path (first byte and TTFC are over all turns), "
+        "keep-alive HTTP/1.1 on loopback, local kit (SQLite + file log, 10 ms group commit, burst 2)\n"
     )
     rows = {}
     for name, (bytes_, ttfcs, added) in results.items():
@@ -188,6 +226,12 @@ def main() -> None:
         f"durable / direct: TTFC x{d[1] / b[1]:.2f}, per-chunk p50 x{d[2] / max(b[2], 1e-9):.1f}, "
         f"p99 x{d[3] / max(b[3], 1e-9):.1f}"
     )
+    print(
+        "\nwhere the first chunk's time goes (p50 over the turns, ms since the request was sent / since the stage "
+        "before; the durable path's model starts later, so its first delta comes later too):"
+    )
+    for name, probe in probes.items():
+        print(f"\n{name}:\n" + table(["stage", "at", "step"], probe.table_rows(median)))
     if DEPLOYED in rows:
         print(
             f"\n{DEPLOYED}: reference, no target. The reader polls the log every 250 ms (ServiceConfig default) "

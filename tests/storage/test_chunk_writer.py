@@ -112,6 +112,27 @@ async def test_background_flushes_keep_the_interval() -> None:
     assert log.began[1] - before_first >= 0.05
 
 
+async def test_a_burst_of_two_sends_the_second_flush_at_once_and_then_keeps_the_pace() -> None:
+    log, commits = GatedLog(open_gate=True), Commits()
+    writer = ChunkWriter(log, RUN, epoch=0, start=0, flush_interval=0.05, flush_burst=2, on_commit=commits)
+    before_first = time.monotonic()
+    writer.write("start")  # the slice's opening chunk
+    await commits.until(1)
+    writer.write("a")  # the model's first output, a moment later: not held back by the interval
+    await commits.until(2)
+    writer.write("b")
+    writer.write("c")
+    await commits.until(4)  # no flush(): the background task sends them once a flush is earned
+    assert log.batches == [["start"], ["a"], ["b", "c"]]
+    # Two flushes at once, then one per interval: the third began an interval after the first.
+    assert log.began[2] - before_first >= 0.05
+
+
+def test_a_burst_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="flush_burst"):
+        ChunkWriter(MemoryChunkLog(), RUN, epoch=0, start=0, flush_burst=0)
+
+
 async def test_flush_does_not_wait_out_the_interval() -> None:
     log = GatedLog(open_gate=True)
     writer = ChunkWriter(log, RUN, epoch=0, start=0, flush_interval=60)

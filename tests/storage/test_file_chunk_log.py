@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from durable_harness.errors import FencedError, LogConflictError, StorageError
 from durable_harness.storage import FileChunkLog
+from durable_harness.storage.files import _HINT_EVERY
 
 
 def segment_names(run_dir: Path) -> list[str]:
@@ -25,9 +26,26 @@ def test_one_segment_file_per_append_named_by_start(tmp_path: Path) -> None:
     run_dir = tmp_path / "run-1"
     assert segment_names(run_dir) == ["000000000000.jsonl", "000000000003.jsonl", "000000000004.jsonl"]
     assert (run_dir / "000000000000.jsonl").read_text() == "a\nb\nc\n"
-    assert (run_dir / "tail").read_text().strip() == "6"
     # No temporary files are left behind.
     assert not [p for p in run_dir.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_the_tail_hint_is_written_every_few_segments_and_a_fresh_reader_walks_the_rest(tmp_path: Path) -> None:
+    log = FileChunkLog(tmp_path)
+    hint = tmp_path / "run-1" / "tail"
+    for i in range(_HINT_EVERY - 1):
+        log.append("run-1", i, [f"c{i}"], 0)
+    assert not hint.exists()  # a hint only: the segments alone say how long the log is
+    assert FileChunkLog(tmp_path).count("run-1") == _HINT_EVERY - 1
+    log.append("run-1", _HINT_EVERY - 1, ["last"], 0)
+    assert hint.read_text().strip() == str(_HINT_EVERY)
+    log.append("run-1", _HINT_EVERY, ["more"], 0)
+    fresh = FileChunkLog(tmp_path)
+    assert fresh.count("run-1") == _HINT_EVERY + 1
+    assert fresh.read("run-1", _HINT_EVERY - 1) == ["last", "more"]
+    assert fresh.append("run-1", _HINT_EVERY + 1, ["x"], 0) == _HINT_EVERY + 2
+    assert log.count("run-1") == _HINT_EVERY + 2  # the first object walks past what it knows
+    assert log.read("run-1", _HINT_EVERY + 1) == ["x"]
 
 
 def test_reading_does_not_create_anything(tmp_path: Path) -> None:
@@ -198,7 +216,10 @@ def test_two_processes_racing_on_the_same_start(tmp_path: Path) -> None:
     for round_no in range(ROUNDS):
         expected = [f'{{"by":"{winners[round_no]}","round":{round_no},"i":{i}}}' for i in range(3)]
         assert chunks[round_no * 3 : round_no * 3 + 3] == expected
-    assert len(os.listdir(tmp_path / "run-1")) == ROUNDS + 3  # segments + lock, fence, tail
+    names = os.listdir(tmp_path / "run-1")
+    assert len(segment_names(tmp_path / "run-1")) == ROUNDS
+    # Nothing else but the lock, the fence and the tail hint (no temporary file left behind).
+    assert {n for n in names if not n.endswith(".jsonl")} <= {"lock", "fence", "tail"}
 
 
 class GrowingLog(FileChunkLog):

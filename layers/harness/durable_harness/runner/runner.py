@@ -64,6 +64,8 @@ class Runner:
     own (``HarnessOptions.approval_secret``), else ``TOOL_APPROVAL_SECRET`` / ``..._ARN``.
     ``telemetry`` sees every slice (:mod:`durable_harness.telemetry`); by default the one the
     environment asks for, chosen at the first slice.
+    ``flush_interval`` and ``flush_burst`` pace the chunk log's group commit
+    (:class:`~durable_harness.storage.writer.ChunkWriter`).
     ``checkpoint_grace``: how long a ``deferrable`` harness checkpoint waits to be superseded by the
     next one before it is written anyway (``None``: until the next one; 0: written at once); see
     :mod:`durable_harness.runner.progress`.
@@ -76,6 +78,7 @@ class Runner:
         log: ChunkLog,
         *,
         flush_interval: float = 0.1,
+        flush_burst: int = 1,
         on_commit: Callable[[str, int], None] | None = None,
         approval_secret: ApprovalSecret | None = None,
         telemetry: Telemetry | None = None,
@@ -87,6 +90,7 @@ class Runner:
         self.store = store
         self.log = log
         self.flush_interval = flush_interval
+        self.flush_burst = flush_burst
         self.on_commit = on_commit
         self.approval_secret = approval_secret or self.options.approval_secret or ApprovalSecret()
         self.ledger = ApprovalLedger(store)
@@ -165,13 +169,10 @@ class Runner:
     async def run_slice(self, run_id: str, *, budget_seconds: float | None = None) -> RunState:
         """Run one time slice; ``budget_seconds=None`` runs until the turn pauses or ends."""
         started = time.monotonic()
-        cp = await asyncio.to_thread(self.store.load, run_id)
-        state = RunState.model_validate_json(cp.state)
-        if state.terminal:
+        cp, state, count = await asyncio.to_thread(self._begin_slice, run_id)
+        if count is None:
             await self._complete_tail(cp, state)
             return state
-        cp = await asyncio.to_thread(self.store.claim, run_id, cp.version)
-        count = await asyncio.to_thread(self.log.open, run_id, cp.epoch)
         translator = self._translator(state)
         writer = ChunkWriter(
             self.log,
@@ -179,6 +180,7 @@ class Runner:
             epoch=cp.epoch,
             start=count,
             flush_interval=self.flush_interval,
+            flush_burst=self.flush_burst,
             on_commit=self.on_commit,
         )
         replay = await self._reset_if_interrupted(state, count, translator, writer)
@@ -320,6 +322,16 @@ class Runner:
             logger.exception("run %s: the harness's on_cancel failed", state.run_id)
 
     # --- internals -------------------------------------------------------------------------------
+
+    def _begin_slice(self, run_id: str) -> tuple[Checkpoint, RunState, int | None]:
+        """Load the run and, unless it is terminal (count ``None``), claim it and open its log:
+        one trip to a worker thread for the three storage calls a slice starts with."""
+        cp = self.store.load(run_id)
+        state = RunState.model_validate_json(cp.state)
+        if state.terminal:
+            return cp, state, None
+        cp = self.store.claim(run_id, cp.version)
+        return cp, state, self.log.open(run_id, cp.epoch)
 
     @staticmethod
     def _note_approval(state: RunState, translator: StreamTranslator, part: hp.ToolApprovalRequestPart) -> None:

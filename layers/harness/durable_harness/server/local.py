@@ -39,6 +39,7 @@ def build_local_kit(
     *,
     slice_seconds: float | None = 600.0,
     flush_interval: float = 0.01,
+    flush_burst: int = 2,
     config: ServiceConfig | None = None,
     cors_origins: tuple[str, ...] = ("*",),
     authenticator: Authenticator | None = None,
@@ -48,7 +49,9 @@ def build_local_kit(
 ) -> LocalKit:
     """Assemble the local chat app over ``data_dir`` (created 0700 if missing).
 
-    Local writes are cheap, so the group-commit interval is short (10 ms) to keep latency low.
+    Local writes are cheap, so the group-commit interval is short (10 ms) to keep latency low, and
+    its burst is 2: the first chunk of the model's output goes out at once, not an interval after
+    the slice's opening ``start`` (see :mod:`durable_harness.storage.writer`).
     Without an ``authenticator`` every caller is ``anonymous`` (local development).
     ``static_dir="auto"`` serves the built chat page (``make web``) unless ``SERVE_WEB_PAGE=0``;
     None serves no page.
@@ -68,7 +71,7 @@ def build_local_kit(
         signal.notify(run_id, count)
         health.succeeded()
 
-    runner = Runner(agent, store, log, flush_interval=flush_interval, on_commit=committed)
+    runner = Runner(agent, store, log, flush_interval=flush_interval, flush_burst=flush_burst, on_commit=committed)
     orchestrator = LocalOrchestrator(
         runner,
         slice_seconds=slice_seconds,

@@ -5,7 +5,7 @@ Layout of ``<root>/<run_id>/``::
     000000000000.jsonl   segment holding chunks 0..k-1, one compact JSON text per line
     00000000000k.jsonl   the next append's segment, named by its zero-padded start index
     fence                highest epoch that has opened or appended (absent: 0)
-    tail                 chunk count after the last append (a hint, see below)
+    tail                 a chunk count the log had reached (a hint, see below)
     lock                 flock target serializing writers across processes
 
 Each append is one segment (D4: one write per flush, never one file per chunk). A segment is
@@ -15,11 +15,15 @@ publication is both atomic (readers never see half a segment) and exclusive (lik
 the fence check, the start check and the publish form one step even across processes.
 
 The segment is the commit point. ``tail`` is only a hint that saves a directory scan: a reader
-takes it and walks forward over any segment that starts at it (normally none), so a process that
-died between publishing a segment and updating ``tail`` leaves nothing inconsistent. ``read``
-finds its first segment by bisecting the sorted segment starts, cached per run and refreshed
-(one ``listdir``) only when the count has grown past what the cache covers; appends made through
-this object extend the cache directly.
+takes it and walks forward over any segment that starts at it, so a process that died between
+publishing a segment and updating ``tail`` leaves nothing inconsistent. Being a hint, it is
+rewritten only every ``_HINT_EVERY`` segments (a cold reader walks at most that many small files,
+once): creating its replacement file would cost each append as much as the segment itself. A
+log object that knows a run's segments (the cache below) counts from what it knows instead, and
+walks forward from there (one failed ``open`` when nothing is new). ``read`` finds its first
+segment by bisecting the sorted segment starts, cached per run and refreshed (one ``listdir``)
+only when the count has grown past what the cache covers; appends made through this object, and
+segments found by a walk, extend the cache directly.
 
 Folders are created 0700 and files 0600 (:mod:`._private`): chunks hold whole conversations.
 
@@ -51,6 +55,7 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _DIGITS = 12
 _SUFFIX = ".jsonl"
 _CACHE_RUNS = 1024
+_HINT_EVERY = 16
 # Errors from os.link that mean "this filesystem has no hard links", not "the name exists".
 _NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
 
@@ -72,6 +77,8 @@ class _Index:
 
     starts: list[int] = field(default_factory=list)
     end: int = 0
+    unhinted: int = 0
+    """Segments this object appended since it last wrote the ``tail`` hint."""
 
 
 class _RunLock:
@@ -116,7 +123,7 @@ class FileChunkLog:
                 raise FencedError(f"run {run_id!r}: epoch {epoch} is older than the log's fence {fence}")
             if epoch > fence:
                 self._write_small(run_dir / "fence", epoch)
-            return self._count(run_dir)
+            return self._count(run_id, run_dir)
 
     def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
         """Append ``chunks`` at ``start`` as one segment, all or nothing; returns the new count."""
@@ -128,7 +135,7 @@ class FileChunkLog:
             fence = self._read_fence(run_dir)
             if epoch < fence:
                 raise FencedError(f"run {run_id!r}: epoch {epoch} is older than the log's fence {fence}")
-            count = self._count(run_dir)
+            count = self._count(run_id, run_dir)
             if start != count:
                 raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {count}")
             if epoch > fence:
@@ -138,10 +145,10 @@ class FileChunkLog:
                 return count
             self._publish(run_dir, _segment_name(start), data)
             new_count = start + len(chunks)
-            # The segment is already committed; a failed hint update must not report failure.
-            with suppress(OSError):
-                self._write_small(run_dir / "tail", new_count)
-            self._note_segment(run_id, start, new_count)
+            if self._note_segment(run_id, start, new_count, appended=True):
+                # The segment is already committed; a failed hint update must not report failure.
+                with suppress(OSError):
+                    self._write_small(run_dir / "tail", new_count)
         return new_count
 
     def read(self, run_id: str, start: int, limit: int | None = None) -> list[str]:
@@ -151,7 +158,7 @@ class FileChunkLog:
         if limit == 0:
             return []
         with self._io_errors(run_id):
-            total = self._count(run_dir)
+            total = self._count(run_id, run_dir)
             if start >= total:
                 return []
             want = total - start if limit is None else min(limit, total - start)
@@ -173,7 +180,7 @@ class FileChunkLog:
         """The number of chunks in the run's log (0 for a log never written)."""
         run_dir = self._run_dir(run_id)
         with self._io_errors(run_id):
-            return self._count(run_dir)
+            return self._count(run_id, run_dir)
 
     def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
         """The log's count and its last ``n`` chunks (all of them when it holds fewer)."""
@@ -295,9 +302,14 @@ class FileChunkLog:
         # split on "\n" only: str.splitlines would also split on U+2028 inside a JSON string.
         return data[:-1].decode("utf-8").split("\n")
 
-    def _count(self, run_dir: Path) -> int:
-        """The chunk count: the ``tail`` hint, advanced over any segment published after it."""
-        count = self._read_int(run_dir / "tail") or 0
+    def _count(self, run_id: str, run_dir: Path) -> int:
+        """The chunk count: what the cache knows (else the ``tail`` hint), advanced over any segment
+        published after it. Segments are never removed, so what the cache knows is a floor."""
+        with self._guard:
+            index = self._index.get(run_id)
+            count = index.end if index is not None else None
+        if count is None:
+            count = self._read_int(run_dir / "tail") or 0
         while True:
             try:
                 data = (run_dir / _segment_name(count)).read_bytes()
@@ -306,6 +318,7 @@ class FileChunkLog:
             lines = data.count(b"\n")
             if lines == 0:
                 raise StorageError(f"corrupt empty segment {run_dir / _segment_name(count)}")
+            self._note_segment(run_id, count, count + lines)
             count += lines
 
     def _segments_for(self, run_id: str, run_dir: Path, total: int, start: int, stop: int) -> list[int]:
@@ -335,12 +348,22 @@ class FileChunkLog:
         self._index[run_id] = index
         return index
 
-    def _note_segment(self, run_id: str, start: int, end: int) -> None:
-        """Extend the cached index with a segment this object just wrote, if it is contiguous."""
+    def _note_segment(self, run_id: str, start: int, end: int, *, appended: bool = False) -> bool:
+        """Extend the cached index with a segment that exists, if it is contiguous; True when this
+        object ``appended`` it and should now write the ``tail`` hint (see the module)."""
         with self._guard:
             index = self._index.get(run_id)
             if index is not None and index.end == start:
                 index.starts.append(start)
                 index.end = end
             elif index is None and start == 0:
-                self._remember(run_id, _Index([0], end))
+                index = self._remember(run_id, _Index([0], end))
+            else:
+                return appended  # not contiguous with what is known: keep the hint current
+            if not appended:
+                return False
+            index.unhinted += 1
+            if index.unhinted < _HINT_EVERY:
+                return False
+            index.unhinted = 0
+            return True

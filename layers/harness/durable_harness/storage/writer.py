@@ -6,6 +6,14 @@ both slow and expensive. :class:`ChunkWriter` buffers chunks and flushes them as
 goes out at once, so the time to first token stays low, and while the model keeps streaming the
 rest go out together at most every ``flush_interval``. One append is in flight at a time, so
 appends land in order.
+
+The pace is a token bucket: flushes earn credit at one per ``flush_interval``, up to
+``flush_burst``, and each flush spends one. With the default burst of 1 a flush waits until
+``flush_interval`` has passed since the one before. A burst of 2 lets the first chunk of the
+model's output go out at once even when the slice's opening chunks (``start``, flushed at once
+too) went out a moment before it; while the model streams the pace is the same (at most
+``flush_burst - 1`` extra flushes after each quiet spell, never more than one per interval on
+average).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ class ChunkWriter:
         epoch: int,
         start: int,
         flush_interval: float = 0.1,
+        flush_burst: int = 1,
         on_commit: Callable[[str, int], None] | None = None,
     ) -> None:
         """Create a writer that appends to ``log`` from index ``start`` with fencing ``epoch``."""
@@ -52,10 +61,15 @@ class ChunkWriter:
             raise ValueError(f"start must be >= 0, got {start}")
         if flush_interval < 0:
             raise ValueError(f"flush_interval must be >= 0, got {flush_interval}")
+        if flush_burst < 1:
+            raise ValueError(f"flush_burst must be >= 1, got {flush_burst}")
         self._log = log
         self._run_id = run_id
         self._epoch = epoch
         self._interval = flush_interval
+        self._burst = flush_burst
+        self._credit = float(flush_burst)  # flushes that may start now without waiting
+        self._credited: float | None = None  # loop time the credit was last brought up to date
         self._on_commit = on_commit
         self._committed = start
         self._buffer: list[str] = []
@@ -67,7 +81,6 @@ class ChunkWriter:
         self._task: asyncio.Task[None] | None = None
         self._urgent = asyncio.Event()  # a flush() caller is waiting: skip the interval
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
-        self._last_start: float | None = None
 
     @property
     def run_id(self) -> str:
@@ -165,11 +178,20 @@ class ChunkWriter:
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
 
+    def _earn(self, now: float) -> None:
+        """Bring the credit up to date: one flush per ``flush_interval`` since last time, up to the burst."""
+        if self._credited is not None and self._interval > 0:
+            self._credit = min(float(self._burst), self._credit + (now - self._credited) / self._interval)
+        elif self._interval == 0:
+            self._credit = float(self._burst)
+        self._credited = now
+
     async def _pace(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until ``flush_interval`` has passed since the last flush began, unless urged."""
-        if self._last_start is None or self._urgent.is_set():
+        """Wait until a flush has been earned (see the module), unless urged."""
+        if self._urgent.is_set():
             return
-        delay = self._last_start + self._interval - loop.time()
+        self._earn(loop.time())
+        delay = (1 - self._credit) * self._interval
         if delay > 0:
             with suppress(TimeoutError):
                 async with asyncio.timeout(delay):
@@ -178,7 +200,8 @@ class ChunkWriter:
     async def _append_buffer(self, loop: asyncio.AbstractEventLoop) -> None:
         batch, self._buffer = self._buffer, []
         self._inflight = len(batch)
-        self._last_start = loop.time()
+        self._earn(loop.time())
+        self._credit = max(0.0, self._credit - 1)  # an urged flush spends what there is
         start = self._committed
         count = await asyncio.to_thread(self._log.append, self._run_id, start, batch, self._epoch)
         if count != start + len(batch):
