@@ -1,6 +1,7 @@
 """Shared helpers of the benchmark scripts (not a benchmark itself).
 
-* :func:`serve`: the ASGI app under uvicorn on a loopback port, in a background thread;
+* :func:`serve`: the ASGI app under uvicorn or the deployed chat function's server, on a loopback
+  port, in a background thread;
 * :class:`MotoAws`: the deployed adapters' DynamoDB table and S3 bucket under moto, with
   :class:`RequestMeter` counting requests, bytes and DynamoDB capacity units by operation;
 * :class:`MotoEndpoint`: that moto over real HTTP on loopback, for another process
@@ -32,11 +33,22 @@ if str(REPO) not in sys.path:  # the scripts run as `python bench/x.py`: make `t
     sys.path.insert(0, str(REPO))
 
 
-def serve(app: Any) -> AbstractContextManager[str]:
-    """Serve ``app`` on a loopback port (the test suite's uvicorn helper, with TCP_NODELAY on)."""
+def serve(app: Any, *, server: str = "uvicorn") -> AbstractContextManager[str]:
+    """Serve ``app`` on a loopback port (the test suite's helper, with TCP_NODELAY on): ``server``
+    is ``"uvicorn"`` (the local kit's server, ``make dev``) or ``"httpd"`` (the deployed chat
+    function's, :mod:`durable_harness.server.httpd`)."""
     from tests.support import serve as serve_app
 
-    return serve_app(app)
+    # A baseline tree measured by deployed_wiring.py has a tests.support without the choice.
+    return serve_app(app) if server == "uvicorn" else serve_app(app, server=server)
+
+
+def deployed_server() -> str:
+    """The server the deployed chat function runs in this tree (``httpd``, or ``uvicorn`` in trees
+    from before ``functions/chat/serve.py``): a baseline tree is measured with its own."""
+    import importlib.util
+
+    return "httpd" if importlib.util.find_spec("durable_harness.server.httpd") else "uvicorn"
 
 
 REGION = "us-east-1"

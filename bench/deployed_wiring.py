@@ -2,8 +2,9 @@
 
 The real ``template.yaml`` is deployed into moto (``tests/deploy/stack.py``: DynamoDB, S3, the real
 state machine run by moto's interpreter, the real slice handler invoked in-process), and the real
-chat function app (``functions/chat/app.py``, its environment from the template) is served by
-uvicorn on loopback; it runs a chat run's first slice itself (``--env INLINE_FIRST_SLICE=0``: the
+chat function app (``functions/chat/app.py``, its environment from the template) is served on
+loopback by the server the chat function runs (``durable_harness.server.httpd``; uvicorn in a
+baseline tree from before it); it runs a chat run's first slice itself (``--env INLINE_FIRST_SLICE=0``: the
 slice function runs every slice). A paced model (``_deployed.build_agent``) streams through all of it:
 
 1. latency: ``--turns`` chat turns (``--ttft`` to the first token, then ``--deltas`` text deltas
@@ -51,6 +52,7 @@ from _common import (
     REPO,
     RequestMeter,
     busy_ms,
+    deployed_server,
     machine,
     median,
     pct,
@@ -111,7 +113,7 @@ def latency(metered: Metered, turns: int) -> dict[str, Any]:
     direct_model: FunctionModel = _deployed.build_agent().model
     out: dict[str, dict[str, list[float]]] = {p: {"ttfc": [], "emit": [], "chunk": []} for p in ("deployed", "direct")}
     with (
-        serve(metered.chat_app()) as deployed_url,
+        serve(metered.chat_app(), server=deployed_server()) as deployed_url,
         serve(bare_sse_app(direct_model)) as direct_url,
         httpx.Client() as deployed_client,
         httpx.Client() as direct_client,
@@ -148,7 +150,7 @@ def cost(metered: Metered) -> dict[str, Any]:
     meter.reset()
     metered.flushes.clear()
     metered.invocations.clear()
-    with serve(metered.chat_app()) as url, httpx.Client() as client:
+    with serve(metered.chat_app(), server=deployed_server()) as url, httpx.Client() as client:
         body = json.dumps({"messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": "cost"}]}]})
         began = time.monotonic()
         with client.stream("POST", f"{url}/api/chat", content=body, timeout=120) as response:
@@ -224,7 +226,7 @@ def resume(metered: Metered, reps: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     meter = metered.meter
-    with serve(app) as url, httpx.Client() as client:
+    with serve(app, server=deployed_server()) as url, httpx.Client() as client:
         for mode in ("cold", "warm"):
             holder["app"] = metered.chat_app()
             times: dict[int, list[float]] = {n: [] for n in runs}
@@ -287,7 +289,8 @@ def baseline_tree(rev: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="dh-baseline-") as tmp:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        for name in ("deployed_wiring.py", "_deployed.py", "_common.py", "_targets.py", "relay_latency.py"):
+        for name in ("deployed_wiring.py", "_deployed.py", "_common.py", "_targets.py", "relay_latency.py",
+                     "_stages.py"):  # fmt: skip
             shutil.copy(REPO / "bench" / name, Path(tmp) / "bench" / name)
         yield Path(tmp)
 

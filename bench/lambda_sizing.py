@@ -91,7 +91,8 @@ def main() -> None:
     args = parser.parse_args()
     model = paced_model(args.deltas, 1 / args.rate)
     results = []
-    with MotoAws() as aws, MotoMeter() as moto, serve(deployed_app(model, aws, poll_seconds=0.1)) as url, \
+    with MotoAws() as aws, MotoMeter() as moto, \
+            serve(deployed_app(model, aws, poll_seconds=0.1), server="httpd") as url, \
             httpx.Client() as client:  # fmt: skip
         for i in range(args.turns + 1):
             r = turn(client, url, f"t{i}", moto)
