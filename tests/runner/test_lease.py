@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -147,11 +148,24 @@ async def test_two_processes_on_one_data_folder_do_not_both_drive_a_run(folder: 
     slices_alone = (await a.wait(alone)).slices  # type: ignore[union-attr]
     claims_alone = store.load(alone).epoch
     folder.timeline.events.clear()
+    # The first driver is held inside its first tool call while the other server is asked, so that
+    # the run cannot have finished by then (a finished run is no test of the lease).
+    release, executed = threading.Event(), folder.timeline.executed
+
+    def held(call_id: str) -> None:
+        executed(call_id)
+        if call_id == "c1":
+            release.wait(10)  # a tool thread: the driver's loop, and its lease renewals, go on
+
+    folder.timeline.executed = held  # type: ignore[method-assign]
     run_id = runner_a.create_run(PROMPT, message_id="msg_1").run_id
     a.start(run_id)
     await until(lambda: folder.timeline.executions["c1"] == 1, what="the first driver to be at work")
     b.start(run_id)  # another server is asked to drive it meanwhile (a POST retried there, say)
-    assert await b.wait(run_id) is None  # it stands back: without leases it would take the run over
+    try:
+        assert await b.wait(run_id) is None  # it stands back: without leases it would take the run over
+    finally:
+        release.set()
     state = await a.wait(run_id)
     assert state is not None and state.status == "finished"
     assert runner_a.load(run_id).slices == slices_alone  # nobody ran a slice twice...
