@@ -48,9 +48,8 @@ def test_a_lazy_client_is_made_on_first_use_only_and_once() -> None:
     assert made == ["client"]
 
 
-def test_the_runtime_makes_only_the_dynamodb_client_until_another_is_used(
-    ddb: Any, s3: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def record_clients(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The services the runtime makes clients for, in order, from now on."""
     services: list[str] = []
     real = runtime.client_for
 
@@ -59,6 +58,13 @@ def test_the_runtime_makes_only_the_dynamodb_client_until_another_is_used(
         return real(service, **kwargs)
 
     monkeypatch.setattr(runtime, "client_for", recording)
+    return services
+
+
+def test_the_runtime_makes_only_the_dynamodb_client_until_another_is_used(
+    ddb: Any, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services = record_clients(monkeypatch)
     built = runtime.build_runtime({**ENV, "EVENT_BUS_NAME": "default"})
     assert services == ["dynamodb"]  # S3, Step Functions and EventBridge: on first use
     assert built.events is not None
@@ -70,17 +76,12 @@ def test_the_runtime_makes_only_the_dynamodb_client_until_another_is_used(
     assert services.count("dynamodb") == 1 and "stepfunctions" not in services
     built.orchestrator.cancel(state.run_id)  # no execution to stop, but it asks Step Functions
     assert services.count("stepfunctions") == 1
+
+
 def test_without_inline_slices_the_runtime_makes_the_step_functions_client_at_once(
     ddb: Any, s3: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    services: list[str] = []
-    real = runtime.client_for
-
-    def recording(service: str, **kwargs: Any) -> Any:
-        services.append(service)
-        return real(service, **kwargs)
-
-    monkeypatch.setattr(runtime, "client_for", recording)
+    services = record_clients(monkeypatch)
     runtime.build_runtime({**ENV, "INLINE_FIRST_SLICE": "0"})
     # Every POST then starts its run's execution before its first chunk: the client is ready for it.
     assert services == ["dynamodb", "stepfunctions"]

@@ -84,26 +84,23 @@ class SliceProgress:
 
     async def settle(self) -> None:
         """Drop the held checkpoint, or, if its write has begun, wait for it (raising its error)."""
-        task, self._held = self._held, None
-        if task is None:
-            return
-        if not self._writing:
-            task.cancel()
-        await asyncio.wait([task])
-        error = None if task.cancelled() else task.exception()
+        error = await self._drop_held()
         if error is not None:
             raise error
 
     async def close(self) -> None:
         """End the slice's writes: a held checkpoint is dropped (a write under way is waited for)."""
+        await self._drop_held()  # its error retrieved and dropped: the slice has ended (or failed) anyway
+
+    async def _drop_held(self) -> BaseException | None:
+        """Cancel the held checkpoint unless its write has begun, wait for it; its error, if any."""
         task, self._held = self._held, None
         if task is None:
-            return
+            return None
         if not self._writing:
             task.cancel()
         await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: the slice has ended (or failed) anyway
+        return None if task.cancelled() else task.exception()
 
     def _prepare(self, turn: Any) -> None:
         state = self.state
