@@ -13,7 +13,9 @@
    only for docstrings, but those of :data:`KEPT_DOCUMENTATION`). A client's creation parses its
    service's model, its endpoint rules and botocore's endpoint data: with the text a fifth of its
    size, a cold start that makes the chat function's clients spends about 20 ms less
-   (``bench/cold_start.py``).
+   (``bench/cold_start.py``). Then write botocore's endpoint data once more, with only the kept
+   services' entries (:func:`trim_endpoints`), for the harness's own clients (``aws/clients.py``):
+   a twentieth of the full data, which the first client of every process parses.
 4. Compile every module the functions import to bytecode (:func:`compile_layer`), with the runtime's
    Python and ``unchecked-hash`` invalidation. The layer lands on Lambda's read-only ``/opt``, where
    Python can neither write a ``.pyc`` nor trust a timestamp-based one (zip round trips do not keep
@@ -143,6 +145,32 @@ def compact_models(out: Path) -> int:
     return saved
 
 
+TRIMMED_ENDPOINTS = "durable_harness/aws/botocore-data/endpoints.json"
+"""Where :func:`trim_endpoints` writes the endpoint data of the kept services, relative to the
+layer's python/ folder (``durable_harness.aws.clients`` reads it from there)."""
+
+
+def trim_endpoints(out: Path) -> int:
+    """Write :data:`TRIMMED_ENDPOINTS`: botocore's endpoint data in ``out`` (every partition with its
+    Regions and defaults) keeping the entries of only the services whose models ``out`` keeps; its size.
+
+    botocore keys a service's endpoint entries by the ``endpointPrefix`` of its model. The full data
+    stays where it is, for every other service (any client not made by the harness's own session)."""
+    models = out / "botocore" / "data"
+    prefixes = set()
+    for model in sorted(models.glob("*/*/service-2.json*")):
+        raw = model.read_bytes()
+        metadata = json.loads(gzip.decompress(raw) if model.name.endswith(".gz") else raw)["metadata"]
+        prefixes.add(metadata.get("endpointPrefix") or model.parent.parent.name)
+    data = json.loads((models / "endpoints.json").read_bytes())
+    for partition in data["partitions"]:
+        partition["services"] = {name: entry for name, entry in partition["services"].items() if name in prefixes}
+    target = out / TRIMMED_ENDPOINTS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
+    return target.stat().st_size
+
+
 KEPT_DOCUMENTATION = frozenset({"clientContextParams"})
 """Parts of a service model whose documentation strings botocore reads, not just shows: a client
 parameter's ``documentation`` is a required key (``botocore.model.ServiceModel.client_context_parameters``
@@ -187,10 +215,11 @@ def main(argv: list[str] | None = None) -> None:
     install(out, args.requirements)
     removed = prune(out)
     saved = compact_models(out)
+    trimmed = trim_endpoints(out)
     compiled = compile_layer(out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"build_layer: {out}: {size / 1e6:.1f} MB, {compiled} .pyc, {len(removed)} paths pruned, "
-          f"botocore data {saved / 1e6:.1f} MB smaller")
+          f"botocore data {saved / 1e6:.1f} MB smaller, the harness's endpoint data {trimmed / 1e3:.0f} KB")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import botocore
 import pytest
 from durable_harness.aws import clients, runtime
 from durable_harness.aws.clients import LazyClient, make_client
@@ -16,6 +18,7 @@ from durable_harness.ports import Checkpoint
 from durable_harness.runner.state import RunState
 
 from tests.aws.conftest import BUCKET, REGION, TABLE
+from tests.aws.signing import signed_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = {"RUNS_TABLE": TABLE, "CHUNK_BUCKET": BUCKET, "AWS_REGION": REGION,
@@ -27,7 +30,34 @@ def test_clients_without_a_session_share_one_botocore_session(aws: None) -> None
     assert type(first).__module__ == "botocore.client"
     assert first is not second
     # One loader: the endpoint data and the models each client needs are parsed once per process.
-    assert first._loader is second._loader is clients._session.get_component("data_loader")
+    assert first._loader is second._loader is clients._sessions[False].get_component("data_loader")
+    assert True not in clients._sessions  # outside the built layer there is no trimmed endpoint data
+
+
+
+def test_in_the_layer_the_harness_services_read_the_trimmed_endpoint_data_and_any_other_the_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x")):
+        monkeypatch.setenv(name, value)
+    full = json.loads((Path(botocore.__file__).parent / "data" / "endpoints.json").read_text())
+    trimmed = json.loads(json.dumps(full))
+    for partition in trimmed["partitions"]:
+        partition["services"] = {k: v for k, v in partition["services"].items() if k == "dynamodb"}
+    (tmp_path / "endpoints.json").write_text(json.dumps(trimmed))
+    monkeypatch.setattr(clients, "_TRIMMED_DATA", str(tmp_path))  # as the layer build writes it
+    monkeypatch.setattr(clients, "_trimmed_services", frozenset({"dynamodb"}))
+    monkeypatch.setattr(clients, "_sessions", {})
+
+    ddb, iam = make_client("dynamodb", region="eu-west-1"), make_client("iam", region="eu-west-1")
+
+    assert Path(ddb._loader.load_data_with_path("endpoints")[1]).parent == tmp_path
+    assert Path(iam._loader.load_data_with_path("endpoints")[1]).parent == Path(botocore.__file__).parent / "data"
+    assert make_client("dynamodb", region="us-east-1")._loader is ddb._loader  # one session each
+    url, scope = signed_for(ddb, lambda c: c.list_tables())
+    assert (url, scope) == ("https://dynamodb.eu-west-1.amazonaws.com/", "eu-west-1/dynamodb")
+    # IAM is global, which only its endpoint entry says: from the trimmed data it would sign for eu-west-1.
+    assert signed_for(iam, lambda c: c.list_users())[1] == "us-east-1/iam"
 
 
 def test_a_lazy_client_is_made_on_first_use_only_and_once() -> None:

@@ -23,6 +23,8 @@ from botocore.loaders import Loader, create_loader
 from durable_harness.aws.runtime import build_runtime
 from moto import mock_aws
 
+from tests.aws.signing import signed_for
+
 from .cfn import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,3 +217,56 @@ def test_harness_programs_in_runtimes_ship_with_the_layer_executable(tmp_path: P
     (root / "runtimes").rmdir()
     build_layer.copy_library(without, root)
     assert not (without / "runtimes").exists()
+
+
+SERVICE_CALLS: dict[str, Any] = {
+    "dynamodb": lambda c: c.list_tables(),
+    "s3": lambda c: c.get_object(Bucket="chunks", Key="runs/k"),
+    "stepfunctions": lambda c: c.list_state_machines(),
+    "events": lambda c: c.list_event_buses(),
+    "secretsmanager": lambda c: c.list_secrets(),
+    "bedrock-runtime": lambda c: c.converse(modelId="m", messages=[{"role": "user", "content": [{"text": "hi"}]}]),
+    "sts": lambda c: c.get_caller_identity(),
+}
+"""A call of each service whose model the layer keeps (none is sent)."""
+
+
+def test_trimmed_endpoint_data_keeps_every_partition_and_the_kept_services_entries_only(pruned_models: Path) -> None:
+    out = pruned_models.parent.parent
+    size = build_layer.trim_endpoints(out)
+
+    path = out / build_layer.TRIMMED_ENDPOINTS
+    trimmed, full = json.loads(path.read_bytes()), json.loads((pruned_models / "endpoints.json").read_bytes())
+    assert size == path.stat().st_size < (pruned_models / "endpoints.json").stat().st_size / 10
+    assert [p["partition"] for p in trimmed["partitions"]] == [p["partition"] for p in full["partitions"]]
+    prefixes = {"dynamodb", "s3", "states", "events", "secretsmanager", "bedrock-runtime", "sts"}  # endpointPrefix
+    assert "iam" in full["partitions"][0]["services"] and "iam" not in trimmed["partitions"][0]["services"]
+    for ours, theirs in zip(trimmed["partitions"], full["partitions"], strict=True):
+        assert ours["services"] == {k: v for k, v in theirs["services"].items() if k in prefixes}
+        ours.pop("services"), theirs.pop("services")
+        assert ours == theirs  # the partition: its Regions, DNS suffix, defaults
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "eu-west-1", "ap-southeast-2", "cn-north-1", "us-gov-west-1"])
+def test_every_kept_service_signs_and_sends_as_with_the_full_endpoint_data(
+    pruned_models: Path, region: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x")):
+        monkeypatch.setenv(name, value)
+    for name in [n for n in os.environ if n.startswith("AWS_ENDPOINT_URL")]:
+        monkeypatch.delenv(name)
+    out = pruned_models.parent.parent
+    build_layer.trim_endpoints(out)
+    data_paths = {"trimmed": [str((out / build_layer.TRIMMED_ENDPOINTS).parent), str(pruned_models)],
+                  "full": [str(pruned_models)]}  # fmt: skip
+    sessions = {}
+    for label, paths in data_paths.items():
+        sessions[label] = botocore.session.get_session()
+        sessions[label].set_config_variable("data_path", os.pathsep.join(paths))  # as aws/clients.py sets it
+
+    _, used = sessions["trimmed"].get_component("data_loader").load_data_with_path("endpoints")
+    assert Path(used).parent == (out / build_layer.TRIMMED_ENDPOINTS).parent
+    for service, call in SERVICE_CALLS.items():
+        got = {label: signed_for(session.create_client(service, region_name=region), call)
+               for label, session in sessions.items()}  # fmt: skip
+        assert got["trimmed"] == got["full"], service
