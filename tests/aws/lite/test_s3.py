@@ -24,6 +24,7 @@ from botocore.credentials import Credentials as BotoCredentials
 from botocore.exceptions import ClientError, FlexibleChecksumError, ParamValidationError
 from botocore.handlers import decode_list_object_v2
 from botocore.parsers import RestXMLParser
+from durable_harness.aws._stateobjects import ObjectGone, StateObjects
 from durable_harness.aws.lite import _client, _s3xml, _transport
 from durable_harness.aws.lite import client as lite_client
 from durable_harness.aws.lite._transport import Credentials, Response
@@ -175,6 +176,19 @@ def test_list_pages_and_delete_equal_botos(clients: tuple[Any, S3Client]) -> Non
     )
     remaining = {o["Key"] for o in lite.list_objects_v2(Bucket=BUCKET, Prefix="listed/")["Contents"]}
     assert remaining == {f"listed/{k}" for k in AWKWARD_KEYS} - {"listed/with space", "listed/plus+sign"}
+
+
+def test_an_adapter_runs_unchanged_on_the_lite_client(clients: tuple[Any, S3Client]) -> None:
+    """The checkpoint store's S3 objects (``IfNoneMatch="*"`` writes, reads, deletes, ``ObjectGone``)."""
+    boto, lite = clients
+    text = "é" * 300
+    key = StateObjects(lite, BUCKET, prefix="adapter/", offload_bytes=100).put("run 1", "state", text)
+    assert key is not None and boto.get_object(Bucket=BUCKET, Key=key)["Body"].read() == text.encode()
+    fresh = StateObjects(lite, BUCKET, prefix="adapter/", offload_bytes=100)  # nothing cached
+    assert fresh.text(key) == text
+    fresh.delete(key)
+    with pytest.raises(ObjectGone):
+        StateObjects(lite, BUCKET, prefix="adapter/", offload_bytes=100).text(key)
 
 
 def test_bad_arguments_are_refused_before_sending(clients: tuple[Any, S3Client]) -> None:
