@@ -252,12 +252,7 @@ _SLOW_DOWN = (
 _LISTING = b"<ListBucketResult><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>"
 
 
-@pytest.fixture
-def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_client, "backoff", lambda attempt, **_: 0.0)
-
-
-def test_a_503_slow_down_is_retried_then_succeeds(no_backoff: None) -> None:
+def test_a_503_slow_down_is_retried_then_succeeds() -> None:
     ok = (200, {"etag": '"e"'}, b"")
     with Scripted([(503, {"x-amz-request-id": "r"}, _SLOW_DOWN), ok]) as server:
         result = _lite(server.url).put_object(Bucket=BUCKET, Key="k", Body=b"data")
@@ -265,7 +260,7 @@ def test_a_503_slow_down_is_retried_then_succeeds(no_backoff: None) -> None:
     assert [r[2] for r in server.requests] == [b"data", b"data"]
 
 
-def test_an_error_inside_a_200_is_retried_like_a_500(no_backoff: None) -> None:
+def test_an_error_inside_a_200_is_retried_like_a_500() -> None:
     cut_short: tuple[int, dict[str, str], bytes] = (200, {}, b"<ListBucketResult><Name>cut sh")
     with Scripted([(200, {}, _SLOW_DOWN), cut_short, (200, {}, _LISTING)]) as server:
         result = _lite(server.url).list_objects_v2(Bucket=BUCKET)
@@ -278,7 +273,7 @@ def test_an_error_inside_a_200_is_retried_like_a_500(no_backoff: None) -> None:
     assert failed.response["ResponseMetadata"]["RetryAttempts"] == 4 and len(server.requests) == 5
 
 
-def test_an_error_without_a_body_is_botocores(no_backoff: None) -> None:
+def test_an_error_without_a_body_is_botocores() -> None:
     not_found = (404, {"x-amz-request-id": "r", "x-amz-id-2": "h"}, b"")
     with Scripted([not_found, not_found]) as server:
         mine = _error(lambda: _lite(server.url).get_object(Bucket=BUCKET, Key="k"))
@@ -288,7 +283,7 @@ def test_an_error_without_a_body_is_botocores(no_backoff: None) -> None:
     assert str(mine) == str(theirs)
 
 
-def test_bytes_that_fail_their_checksum_are_read_again(no_backoff: None) -> None:
+def test_bytes_that_fail_their_checksum_are_read_again() -> None:
     sound = base64.b64encode(zlib.crc32(b"payload").to_bytes(4, "big")).decode()
     corrupt = (200, {"x-amz-checksum-crc32": sound}, b"paylaod")
     with Scripted([corrupt, (200, {"x-amz-checksum-crc32": sound}, b"payload")]) as server:
