@@ -10,7 +10,7 @@ SCRIPT = """
 import sys
 from durable_harness.aws import lite
 env = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b", "AWS_REGION": "eu-west-1"}
-made = [lite.client(name, env=env) for name in ("dynamodb", "stepfunctions", "events")]
+made = [lite.client(name, env=env) for name in ("dynamodb", "stepfunctions", "events", "s3")]
 assert all(made), made
 assert made[0].endpoint_url == "https://dynamodb.eu-west-1.amazonaws.com", made[0].endpoint_url
 print(sorted(m for m in ("botocore.session", "botocore.client", "botocore.config", "boto3") if m in sys.modules))

@@ -103,6 +103,7 @@ class LiteClient:
         headers: dict[str, str] | None = None,
         body: bytes = b"",
         stream: bool = False,
+        endpoint: str | None = None,
     ) -> Response:
         """Send ``method`` ``path`` (percent-encoded, under the endpoint URL) with ``query`` pairs
         (encoded here), retrying what botocore retries; the final response, successful (< 300), else
@@ -111,7 +112,7 @@ class LiteClient:
         ``operation`` is the API name in errors (``PutItem``). With ``stream=True`` a successful
         response's body is left unread for ``Response.read`` (errors are always read whole).
         """
-        url = self.endpoint_url + path
+        url = (endpoint or self.endpoint_url) + path  # endpoint: S3's bucket host (virtual-hosted style)
         encoded = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in query)
         if encoded:
             url = f"{url}?{encoded}"
