@@ -7,7 +7,7 @@ answers with an :class:`~botocore.awsrequest.AWSResponse` whose body is the bina
 ``application/vnd.amazon.eventstream`` Bedrock sends: frames with the ``:event-type`` /
 ``:message-type`` / ``:exception-type`` headers, the JSON payloads (with Bedrock's ``p`` padding
 field) and both CRC32 checksums. botocore ships an event-stream *decoder* but no encoder, so
-:func:`frame` writes the documented frame layout (checked against botocore's decoder below);
+``tests.aws.lite.frames`` writes the documented frame layout (checked against botocore's decoder below);
 botocore then parses the stream exactly as it parses Bedrock's. Error responses carry the
 ``x-amzn-ErrorType`` header and JSON body of the real service. Nothing of our code is mocked.
 """
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
-import struct
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,6 +34,8 @@ from durable_harness.models.bedrock import BedrockConverseModel
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol.harness_parts import encode_part
 
+from tests.aws.lite.frames import event, exception
+
 MODEL_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 SIGNATURE = "ErcBCkgIAhABGAIiQMrjEqI3ryb4Hqq5aYvB2EcLhmdD9XvnH1FJ5fX0cL8lRuqaGmoAa5hcLQzBeLyZMB6f"
@@ -43,28 +43,6 @@ REDACTED = b"\x0e\x8e\x02\x0a\x02\x18\x01opaque-redacted-reasoning"
 
 
 # --- the event-stream wire format ----------------------------------------------------------------
-
-
-def frame(headers: dict[str, str], payload: bytes) -> bytes:
-    """One event-stream message: prelude (total length, headers length, CRC), headers, payload, CRC."""
-    encoded = b"".join(
-        bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(value)) + value.encode()
-        for name, value in headers.items()
-    )
-    prelude = struct.pack(">II", 12 + len(encoded) + len(payload) + 4, len(encoded))
-    prelude += struct.pack(">I", binascii.crc32(prelude))
-    message = prelude + encoded + payload
-    return message + struct.pack(">I", binascii.crc32(message))
-
-
-def event(name: str, body: dict[str, Any]) -> bytes:
-    headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
-    return frame(headers, json.dumps(body, separators=(",", ":")).encode())
-
-
-def exception(name: str, body: dict[str, Any]) -> bytes:
-    headers = {":exception-type": name, ":content-type": "application/json", ":message-type": "exception"}
-    return frame(headers, json.dumps(body, separators=(",", ":")).encode())
 
 
 def test_frames_decode_with_botocores_own_parser() -> None:
