@@ -1,0 +1,168 @@
+"""Amazon Bedrock Runtime's ``converse_stream`` for the lite client, as botocore's ``bedrock-runtime`` does it.
+
+The request (REST-JSON): ``POST /model/{modelId}/converse-stream``, the model id percent-encoded
+with nothing kept but ``-._~`` (so ``:`` and the ``/`` of an ARN are escaped, as botocore renders a
+URI label), a JSON body of the other arguments in the order given (``json.dumps`` with its default
+separators, as botocore's serializer writes it; ``bytes`` base64-encoded, as botocore serializes
+blobs), signed for ``bedrock``. The response: ``{"ResponseMetadata": ..., "stream": EventStream}``,
+the stream yielding ``{eventType: payload}`` dicts parsed by the model's shapes
+(:mod:`._converse_shapes`) as each message arrives. An exception message in the stream raises
+:class:`botocore.exceptions.EventStreamError` with botocore's ``{"Error": {"Code", "Message"}}``;
+an error before the stream raises the ``ClientError`` of the base client (REST-JSON error code from
+``x-amzn-ErrorType``, else the body's ``code``, plus the modelled error's fields).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from botocore.exceptions import ConnectionClosedError, EventStreamError
+
+from . import _converse_shapes
+from ._eventstream import IncompleteMessage, Message, read_messages
+
+__all__ = ["EventStream", "ResponseParserError", "parse_event", "serialize_body"]
+
+_OPERATION = "ConverseStream"
+
+
+class ResponseParserError(Exception):
+    """An event botocore's parser would reject too (a union with more or fewer than one member)."""
+
+
+class _Body(Protocol):
+    def read(self, amt: int, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class EventStream:
+    """The events of a ConverseStream response, parsed as they arrive (botocore's ``EventStream``).
+
+    Iterating yields one ``{eventType: payload}`` dict per event message (messages of an event type
+    the model does not define are skipped, as botocore skips them); ``close()`` drops the
+    connection. Iterating twice continues where the first iteration stopped.
+    """
+
+    def __init__(self, body: _Body, endpoint_url: str) -> None:
+        self._body = body
+        self._endpoint_url = endpoint_url
+        self._messages = read_messages(body.read)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while True:
+            try:
+                message = next(self._messages)
+            except StopIteration:
+                return
+            except IncompleteMessage as exc:  # the connection ended mid-frame: botocore's transport error
+                raise ConnectionClosedError(endpoint_url=self._endpoint_url) from exc
+            event = parse_event(message)
+            if event:
+                yield event
+
+    def close(self) -> None:
+        """Close the response (the connection is dropped unless the stream was read to its end)."""
+        self._body.close()
+
+
+def parse_event(message: Message) -> dict[str, Any]:
+    """``{eventType: payload}`` of one message, ``{}`` for an unknown event type; exceptions raise.
+
+    The payload keeps the members the model defines, with blobs decoded, exactly as botocore's
+    ``EventStreamJSONParser`` gives them.
+    """
+    headers = message.headers
+    if headers.get(":message-type") in ("error", "exception"):
+        raise EventStreamError(_error_response(message), _OPERATION)
+    event_type = headers.get(":event-type")
+    shape = _converse_shapes.EVENTS.get(event_type) if isinstance(event_type, str) else None
+    if shape is None:
+        return {}
+    assert isinstance(event_type, str)
+    return {event_type: _parse(shape, _json(message.payload))}
+
+
+def _error_response(message: Message) -> dict[str, Any]:
+    """botocore's ``{"Error": {"Code", "Message"}}`` of an exception or error message."""
+    headers = message.headers
+    exception_type = headers.get(":exception-type")
+    shape = _converse_shapes.EVENTS.get(exception_type) if isinstance(exception_type, str) else None
+    if shape is not None:
+        body = _parse(shape, _json(message.payload))
+        return {"Error": {"Code": exception_type, "Message": body.get("Message", body.get("message", ""))}}
+    return {"Error": {"Code": headers.get(":error-code", ""), "Message": headers.get(":error-message", "")}}
+
+
+def _json(payload: bytes) -> Any:
+    if not payload:
+        return {}
+    text = payload.decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:  # botocore keeps an unparsable body as the message
+        return {"message": text}
+
+
+_Shape = tuple[str, Any]
+
+
+def _load_shapes(table: Mapping[str, str]) -> dict[str, _Shape]:
+    """The compact table of :mod:`._converse_shapes` as ``{name: (kind, members | element | None)}``."""
+    shapes: dict[str, _Shape] = {}
+    for name, text in table.items():
+        kind, *words = text.split()
+        if kind in ("structure", "union"):
+            members = dict(word.partition("=")[::2] for word in words)
+            shapes[name] = (kind, {member: ref or None for member, ref in members.items()})
+        else:
+            shapes[name] = (kind, words[0] if words else None)
+    return shapes
+
+
+_SHAPES = _load_shapes(_converse_shapes.SHAPES)
+
+
+def _parse(shape_name: str | None, value: Any) -> Any:
+    """``value`` parsed as botocore's JSON parser parses the shape ``shape_name``."""
+    if shape_name is None or value is None:  # strings, numbers, booleans, documents: kept as they are
+        return value
+    kind, detail = _SHAPES[shape_name]
+    if kind == "blob":
+        return base64.b64decode(value)
+    if kind == "list":
+        return [None if item is None else _parse(detail, item) for item in value]
+    if kind == "map":
+        return {key: _parse(detail, item) for key, item in value.items()}
+    members: dict[str, str | None] = detail
+    if kind == "union":
+        present = [key for key, item in value.items() if key != "__type" and item is not None]
+        if len(present) != 1:
+            raise ResponseParserError(f"Invalid service response: {shape_name} must have one and only one member set.")
+        if present[0] not in members:  # a member newer than the model: botocore's marker
+            return {"SDK_UNKNOWN_MEMBER": {"name": next(iter(value))}}
+    return {member: _parse(ref, value[member]) for member, ref in members.items() if value.get(member) is not None}
+
+
+def serialize_body(arguments: Mapping[str, Any]) -> bytes:
+    """The JSON body botocore writes for ``arguments`` (``bytes`` as base64, the order kept)."""
+    return json.dumps(_blobs_as_base64(arguments)).encode("utf-8") if arguments else b"{}"
+
+
+def _blobs_as_base64(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).strip().decode("utf-8")
+    if isinstance(value, Mapping):
+        return {key: _blobs_as_base64(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_blobs_as_base64(item) for item in value]
+    return value
+
+
+def model_path(model_id: str) -> str:
+    """The request path of ``model_id`` (an id, an inference profile or an ARN)."""
+    return f"/model/{quote(str(model_id), safe='-._~')}/converse-stream"
