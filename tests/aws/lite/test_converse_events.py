@@ -69,10 +69,28 @@ def generated_shapes() -> tuple[dict[str, str], frozenset[str], dict[str, str]]:
     return events, exceptions, shapes
 
 
+def generated_errors() -> tuple[dict[str, str], frozenset[str]]:
+    """(errors, retryable errors) of the service, in the form of ``_converse_shapes``."""
+    errors: dict[str, str] = {}
+    for shape in SERVICE_MODEL.error_shapes:
+        words = []
+        for name, member in shape.members.items():
+            assert member.type_name in ("string", "integer") and not member.serialization, (shape.name, name)
+            words.append(name if member.type_name == "string" else f"{name}:{member.type_name}")
+        errors[shape.error_code] = " ".join(words)
+    return errors, frozenset(s.error_code for s in SERVICE_MODEL.error_shapes if s.metadata.get("retryable"))
+
+
 def test_the_shape_table_is_botocores_model() -> None:
     events, exceptions, shapes = generated_shapes()
     assert (events, exceptions) == (_converse_shapes.EVENTS, _converse_shapes.EXCEPTIONS)
     assert shapes == _converse_shapes.SHAPES, "regenerate aws/lite/_converse_shapes.py from: " + json.dumps(shapes)
+    errors, retryable = generated_errors()
+    assert (errors, retryable) == (_converse_shapes.ERRORS, _converse_shapes.RETRYABLE_ERRORS)
+    operation = SERVICE_MODEL.operation_model("ConverseStream")
+    assert set(operation.input_shape.members) == _converse_shapes.INPUT_MEMBERS
+    assert operation.input_shape.required_members == ["modelId"]
+    assert operation.http == {"method": "POST", "requestUri": "/model/{modelId}/converse-stream", "responseCode": 200}
 
 
 class Chunks:

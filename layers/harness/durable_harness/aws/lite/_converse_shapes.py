@@ -8,6 +8,9 @@ table, generated from the model of the botocore the harness pins (``botocore.__v
 ``tests/aws/lite/test_bedrock.py`` regenerates it from the installed botocore and fails when they
 differ, printing the new table.
 
+Errors before the stream get the modelled error's fields too (``ERRORS``: its members, an
+integer one marked ``name:integer``, which botocore's REST-JSON parser converts with ``int``).
+
 ``SHAPES`` maps a shape name to ``"<kind> ..."``: ``structure`` / ``union`` followed by its members
 (``name`` for a value kept as it is: strings, numbers, booleans, documents, lists and maps of
 those; ``name=Shape`` for a member of a shape in this table), ``list Shape``, ``map Shape`` (string
@@ -16,10 +19,49 @@ keys) or ``blob``.
 
 from __future__ import annotations
 
-__all__ = ["BOTOCORE_VERSION", "EVENTS", "EXCEPTIONS", "SHAPES"]
+__all__ = ["BOTOCORE_VERSION", "ERRORS", "EVENTS", "EXCEPTIONS", "INPUT_MEMBERS", "RETRYABLE_ERRORS", "SHAPES"]
 
 BOTOCORE_VERSION = "1.44.8"
 """The botocore whose model this table was generated from."""
+
+INPUT_MEMBERS = frozenset(
+    {
+        "modelId",
+        "messages",
+        "system",
+        "inferenceConfig",
+        "toolConfig",
+        "guardrailConfig",
+        "projectIdentifier",
+        "additionalModelRequestFields",
+        "promptVariables",
+        "additionalModelResponseFieldPaths",
+        "requestMetadata",
+        "performanceConfig",
+        "serviceTier",
+        "outputConfig",
+    }
+)
+"""The keyword arguments of ``converse_stream`` (``modelId`` is required; it goes in the path)."""
+
+ERRORS: dict[str, str] = {
+    "AccessDeniedException": "message",
+    "ConflictException": "message",
+    "InternalServerException": "message",
+    "ModelErrorException": "message originalStatusCode:integer resourceName",
+    "ModelNotReadyException": "message",
+    "ModelStreamErrorException": "message originalStatusCode:integer originalMessage",
+    "ModelTimeoutException": "message",
+    "ResourceNotFoundException": "message",
+    "ServiceQuotaExceededException": "message",
+    "ServiceUnavailableException": "message",
+    "ThrottlingException": "message",
+    "ValidationException": "message",
+}
+"""The service's modelled errors by code, with the members botocore adds to the error response."""
+
+RETRYABLE_ERRORS = frozenset({"ModelNotReadyException"})
+"""Errors the model marks ``retryable`` (botocore's standard mode retries them, whatever the status)."""
 
 EVENTS: dict[str, str] = {
     "messageStart": "MessageStartEvent",

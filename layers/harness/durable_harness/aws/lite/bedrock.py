@@ -15,6 +15,7 @@ an error before the stream raises the ``ClientError`` of the base client (REST-J
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
@@ -25,7 +26,7 @@ from botocore.exceptions import ConnectionClosedError, EventStreamError
 from . import _converse_shapes
 from ._eventstream import IncompleteMessage, Message, read_messages
 
-__all__ = ["EventStream", "ResponseParserError", "parse_event", "serialize_body"]
+__all__ = ["EventStream", "ResponseParserError", "error_response", "model_path", "parse_event", "serialize_body"]
 
 _OPERATION = "ConverseStream"
 
@@ -96,6 +97,33 @@ def _error_response(message: Message) -> dict[str, Any]:
         body = _parse(shape, _json(message.payload))
         return {"Error": {"Code": exception_type, "Message": body.get("Message", body.get("message", ""))}}
     return {"Error": {"Code": headers.get(":error-code", ""), "Message": headers.get(":error-message", "")}}
+
+
+def error_response(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    """botocore's parsed REST-JSON error (``Error`` and the modelled error's fields, no metadata).
+
+    The code is the ``x-amzn-ErrorType`` header's (``Code:namespace`` cut at the colon), else the
+    body's ``code`` / ``__type``, else the status; a 5xx without a JSON body (a proxy's page) gets
+    the status as its code and the status's phrase as its message, as botocore gives them.
+    """
+    stripped = body.strip()
+    if status >= 500 and (not stripped or stripped.startswith(b"<html>")):
+        return {"Error": {"Code": str(status), "Message": http.client.responses.get(status, "")}}
+    parsed = _json(body)
+    code: Any = parsed.get("__type", str(status))
+    if "x-amzn-errortype" in headers:
+        code = headers["x-amzn-errortype"]
+    elif "code" in parsed or "Code" in parsed:
+        code = parsed.get("code", parsed.get("Code", ""))
+    if isinstance(code, str):
+        code = code.split(":", 1)[0].rsplit("#", 1)[-1]
+    response: dict[str, Any] = {"Error": {"Message": parsed.get("message", parsed.get("Message", "")), "Code": code}}
+    modelled = _converse_shapes.ERRORS.get(code)
+    for word in modelled.split() if modelled is not None else ():
+        name, _, kind = word.partition(":")
+        if parsed.get(name) is not None:
+            response[name] = int(parsed[name]) if kind == "integer" else parsed[name]
+    return response
 
 
 def _json(payload: bytes) -> Any:
