@@ -1,0 +1,224 @@
+"""The base of every lite client: sign, send, retry as botocore's standard mode, raise botocore's errors.
+
+A service client (``dynamodb.py``, ``s3.py`` ...) turns its boto3-named methods into
+:meth:`LiteClient._request` calls and parses what comes back; errors are read by its
+:meth:`LiteClient._error_response` hook. Retries mirror botocore's ``standard`` mode with the
+harness's ``CLIENT_CONFIG`` (``aws/runtime.py``): up to ``max_attempts`` attempts in all, retrying
+connection failures and timeouts, HTTP 500/502/503/504 and 429, and the throttling and transient
+error codes of ``botocore/retries/standard.py`` (plus the errors a service model marks retryable),
+with the same capped exponential backoff with jitter. botocore's retry quota (a token bucket that
+stops retries after many failures) is left out: a Lambda's short life rarely fills it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+
+from . import _transport
+from ._sigv4 import sign
+from ._transport import Credentials, Response
+
+__all__ = ["THROTTLING_CODES", "TRANSIENT_CODES", "LiteClient", "Response", "backoff"]
+
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
+        "TooManyRequestsException", "ProvisionedThroughputExceededException",
+        "TransactionInProgressException", "RequestLimitExceeded", "BandwidthLimitExceeded",
+        "LimitExceededException", "RequestThrottled", "SlowDown", "PriorRequestNotComplete",
+        "EC2ThrottledException",
+    }
+)  # fmt: skip
+"""Error codes botocore's standard mode retries as throttling (``ThrottledRetryableChecker``)."""
+
+TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete"})
+"""Error codes botocore's standard mode retries as transient (``TransientRetryableChecker``)."""
+
+_TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
+_MAX_BACKOFF = 20.0
+_RETRY_AFTER_MAX_ADDITIONAL = 5.0
+
+
+def backoff(attempt: int, *, throttled: bool = False, scale: float = 0.05) -> float:
+    """Seconds to wait before retrying after failed attempt number ``attempt`` (1-based), as
+    botocore's ``ExponentialBackoff``: ``random() * min(base * 2 ** (attempt - 1), 20)``, ``base``
+    1 s for throttling, else the service's scale (50 ms; DynamoDB 25 ms). Tests patch it to 0."""
+    base = 1.0 if throttled else scale
+    jitter = int.from_bytes(os.urandom(7), "big") / (1 << 56)  # random.random() without importing random
+    return float(jitter * min(base * 2 ** (attempt - 1), _MAX_BACKOFF))
+
+
+class LiteClient:
+    """A small AWS client: SigV4-signed requests over :mod:`._transport` with botocore's retries.
+
+    Subclasses add the boto3 methods of their service and override :meth:`_error_response`
+    (this base reads JSON errors: ``__type`` / ``x-amzn-ErrorType`` and ``message`` / ``Message``).
+    """
+
+    _backoff_scale = 0.05
+    """The base of the backoff for non-throttling errors (botocore: 25 ms for DynamoDB)."""
+    _modeled_retryable: frozenset[str] = frozenset()
+    """Error codes the service's model marks retryable (botocore's ``ModeledRetryableChecker``)."""
+    _s3_signing = False
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        credentials: Credentials,
+        endpoint_url: str,
+        signing_name: str,
+        connect_timeout: float = 3.0,
+        read_timeout: float = 10.0,
+        max_attempts: int = 5,
+    ) -> None:
+        self.region = region
+        self.endpoint_url = endpoint_url.rstrip("/")
+        self._credentials = credentials
+        self._signing_name = signing_name
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._max_attempts = max(1, max_attempts)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(region={self.region!r}, endpoint_url={self.endpoint_url!r})"
+
+    def _request(
+        self,
+        operation: str,
+        method: str,
+        path: str,
+        *,
+        query: Iterable[tuple[str, str]] = (),
+        headers: dict[str, str] | None = None,
+        body: bytes = b"",
+        stream: bool = False,
+    ) -> Response:
+        """Send ``method`` ``path`` (percent-encoded, under the endpoint URL) with ``query`` pairs
+        (encoded here), retrying what botocore retries; the final response, successful (< 300), else
+        ``ClientError`` from :meth:`_error_response`, or the last transport error after the last attempt.
+
+        ``operation`` is the API name in errors (``PutItem``). With ``stream=True`` a successful
+        response's body is left unread for ``Response.read`` (errors are always read whole).
+        """
+        url = self.endpoint_url + path
+        encoded = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in query)
+        if encoded:
+            url = f"{url}?{encoded}"
+        attempt = 0
+        while True:
+            attempt += 1
+            sent = dict(headers or ())
+            sent.update(
+                sign(method, url, sent, body, credentials=self._credentials, region=self.region,
+                     service=self._signing_name, now=datetime.now(UTC), s3=self._s3_signing)
+            )  # fmt: skip
+            try:
+                response = _transport.send(
+                    method, url, sent, body, connect_timeout=self._connect_timeout,
+                    read_timeout=self._read_timeout, stream=stream,
+                )  # fmt: skip
+            except (ConnectionError, HTTPClientError):
+                if attempt >= self._max_attempts:
+                    raise
+                time.sleep(backoff(attempt, scale=self._backoff_scale))
+                continue
+            response.retry_attempts = attempt - 1
+            if response.status < 300:
+                if self._response_ok(response):
+                    return response
+                if attempt >= self._max_attempts:
+                    self._response_failed(response)
+                    return response
+                time.sleep(backoff(attempt, scale=self._backoff_scale))
+                continue
+            if stream:  # an error is parsed whole: read what the stream left unread
+                response.body = _drain(response)
+            error = self._error_response(response)
+            code = str(error.get("Error", {}).get("Code", ""))
+            throttled = code in THROTTLING_CODES or (response.status == 429 and code not in self._modeled_retryable)
+            retryable = (
+                throttled or code in TRANSIENT_CODES or code in self._modeled_retryable
+                or response.status in _TRANSIENT_STATUSES
+            )  # fmt: skip
+            if not retryable or attempt >= self._max_attempts:
+                error["ResponseMetadata"] = self._response_metadata(response)
+                raise ClientError(error, operation)
+            delay = backoff(attempt, throttled=throttled, scale=self._backoff_scale)
+            retry_after = _retry_after(response)
+            if retry_after is not None:
+                delay = max(delay, min(retry_after, _RETRY_AFTER_MAX_ADDITIONAL + delay))
+            time.sleep(delay)
+
+    def _response_ok(self, response: Response) -> bool:
+        """Whether a successful response arrived intact (DynamoDB checks its CRC32 here); one that
+        did not is retried like a dropped connection."""
+        return True
+
+    def _response_failed(self, response: Response) -> None:
+        """Raise for a response that was still not intact after the last attempt."""
+
+    def _error_response(self, response: Response) -> dict[str, Any]:
+        """The ``ClientError`` response of an error reply (without ``ResponseMetadata``): JSON
+        protocol errors, ``{"Error": {"Code", "Message"}}`` plus nothing else by default."""
+        body = _json_or_empty(response.body)
+        code = str(body.get("__type") or response.headers.get("x-amzn-errortype", ""))
+        code = code.rpartition("#")[2].partition(":")[0]
+        message = body.get("message", body.get("Message", ""))
+        if not code:
+            code, message = str(response.status), message or http.client.responses.get(response.status, "")
+        return {"Error": {"Message": str(message), "Code": code}}
+
+    def _response_metadata(self, response: Response) -> dict[str, Any]:
+        """botocore's ``ResponseMetadata`` for a response."""
+        headers = response.headers
+        metadata: dict[str, Any] = {}
+        if "x-amzn-requestid" in headers:
+            metadata["RequestId"] = headers["x-amzn-requestid"]
+        elif "x-amz-request-id" in headers:  # S3's, with its second id
+            metadata["RequestId"] = headers["x-amz-request-id"]
+            metadata["HostId"] = headers.get("x-amz-id-2", "")
+        metadata.update(
+            HTTPStatusCode=response.status, HTTPHeaders=dict(headers), RetryAttempts=response.retry_attempts
+        )
+        return metadata
+
+
+def _json_or_empty(body: bytes) -> dict[str, Any]:
+    """A JSON object body, or {} for an empty or unparseable one (a proxy's HTML error page)."""
+    if not body:
+        return {}
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _drain(response: Response) -> bytes:
+    """The rest of a streamed response's body."""
+    chunks = []
+    while chunk := response.read(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _retry_after(response: Response) -> float | None:
+    """The ``x-amz-retry-after`` header's delay in seconds, if valid (botocore honours it)."""
+    value = response.headers.get("x-amz-retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = int(value) / 1000.0
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
