@@ -733,3 +733,41 @@ def test_the_default_client_never_retries_and_takes_the_region_from_the_environm
     assert client.meta.region_name == "eu-west-3"
     assert client.meta.service_model.service_name == "bedrock-runtime"
     assert client.meta.config.retries["total_max_attempts"] == 1
+
+
+# --- the lite client (what a deployed function uses) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [TOOLS_STREAM, REASONING_STREAM, TEXT_THEN + exception("throttlingException", {"message": "Too many tokens"})],
+    ids=["tools", "reasoning", "throttled"],
+)
+async def test_a_turn_streams_through_the_lite_client_as_through_boto3(stream: bytes) -> None:
+    """The adapter on the lite ``bedrock-runtime`` client, against a loopback server that streams the
+    recorded bytes in HTTP chunks cut mid-frame, yields the parts (and the error) it yields on boto3."""
+    from durable_harness.aws.lite._transport import Credentials
+    from durable_harness.aws.lite.bedrock import BedrockRuntimeClient
+
+    from tests.aws.lite.scripted import Reply, ScriptedServer, split
+
+    async def run(model: BedrockConverseModel) -> tuple[list[str], tuple[str, bool] | None]:
+        parts: list[str] = []
+        try:
+            async for part in model.stream(hello()):
+                parts.append(encode_part(part))
+        except ModelError as error:
+            return parts, (str(error), error.retryable)
+        return parts, None
+
+    expected = await run(model_for(streamed(stream))[0])
+    with ScriptedServer() as server:
+        headers = {"content-type": "application/vnd.amazon.eventstream", "x-amzn-requestid": "5d1c6ffe"}
+        server.script.append(Reply(200, headers, split(stream, [7, 13, 1, 64])))
+        credentials = Credentials(access_key="AKIDEXAMPLE", secret_key=SECRET_KEY, token=None)
+        client = BedrockRuntimeClient(
+            region="us-east-1", credentials=credentials, endpoint_url=server.url, max_attempts=1
+        )
+        assert await run(BedrockConverseModel(MODEL_ID, client=client)) == expected
+        assert server.requests[0].path.startswith("/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/")
+    assert len(expected[0]) >= 3

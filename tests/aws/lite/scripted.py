@@ -39,6 +39,11 @@ class Request:
     body: bytes
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that closed a stream early resets its connection: expected, not worth a traceback
+
+
 class ScriptedServer:
     """The server (``with ScriptedServer() as server``): ``server.url``, ``server.script``, ``server.requests``."""
 
@@ -82,7 +87,7 @@ class ScriptedServer:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 

@@ -28,6 +28,7 @@ _SERVICES: dict[str, tuple[str, str, str, str, str]] = {
     "dynamodb": (".dynamodb", "DynamoDBClient", "DYNAMODB", "dynamodb", "dynamodb"),
     "stepfunctions": (".jsonrpc", "StepFunctionsClient", "SFN", "states", "states"),
     "events": (".jsonrpc", "EventBridgeClient", "EVENTBRIDGE", "events", "events"),
+    "bedrock-runtime": (".bedrock", "BedrockRuntimeClient", "BEDROCK_RUNTIME", "bedrock-runtime", "bedrock"),
 }
 
 

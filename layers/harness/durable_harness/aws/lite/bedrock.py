@@ -21,12 +21,22 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from botocore.exceptions import ConnectionClosedError, EventStreamError
+from botocore.exceptions import ConnectionClosedError, EventStreamError, ParamValidationError
 
 from . import _converse_shapes
+from ._client import LiteClient
 from ._eventstream import IncompleteMessage, Message, read_messages
+from ._transport import Credentials, Response
 
-__all__ = ["EventStream", "ResponseParserError", "error_response", "model_path", "parse_event", "serialize_body"]
+__all__ = [
+    "BedrockRuntimeClient",
+    "EventStream",
+    "ResponseParserError",
+    "error_response",
+    "model_path",
+    "parse_event",
+    "serialize_body",
+]
 
 _OPERATION = "ConverseStream"
 
@@ -39,6 +49,64 @@ class _Body(Protocol):
     def read(self, amt: int, /) -> bytes: ...
 
     def close(self) -> None: ...
+
+
+class BedrockRuntimeClient(LiteClient):
+    """The ``bedrock-runtime`` operations the harness calls (``converse_stream``), signed for ``bedrock``.
+
+    The defaults are the model adapter's (``models/bedrock.py``), the one caller: one attempt (the
+    agent loop retries a failed turn, the provider never does), a 10 s connect timeout and a 600 s
+    read timeout (a model may think for minutes before its first event).
+    """
+
+    _modeled_retryable = _converse_shapes.RETRYABLE_ERRORS
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        credentials: Credentials,
+        endpoint_url: str,
+        signing_name: str = "bedrock",
+        connect_timeout: float = 10.0,
+        read_timeout: float = 600.0,
+        max_attempts: int = 1,
+    ) -> None:
+        super().__init__(
+            region=region,
+            credentials=credentials,
+            endpoint_url=endpoint_url,
+            signing_name=signing_name,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_attempts=max_attempts,
+        )
+
+    def converse_stream(self, **arguments: Any) -> dict[str, Any]:
+        """Start a ConverseStream call: ``{"ResponseMetadata": ..., "stream": EventStream}``, as boto3 returns it.
+
+        The arguments are boto3's (``modelId`` and the request's members); an unknown one is a
+        ``TypeError`` before anything is sent.
+        """
+        unknown = sorted(set(arguments) - _converse_shapes.INPUT_MEMBERS)
+        if unknown:
+            raise TypeError(f"converse_stream() got unexpected keyword arguments: {', '.join(unknown)}")
+        if "modelId" not in arguments:  # botocore's own validation error, word for word
+            raise ParamValidationError(report='Missing required parameter in input: "modelId"')
+        body_arguments = dict(arguments)
+        path = model_path(body_arguments.pop("modelId"))
+        headers = {"Content-Type": "application/json"}
+        response = self._request(
+            _OPERATION, "POST", path, headers=headers, body=serialize_body(body_arguments), stream=True
+        )
+        return {
+            "ResponseMetadata": self._response_metadata(response),
+            "stream": EventStream(response, self.endpoint_url),
+        }
+
+    def _error_response(self, response: Response) -> dict[str, Any]:
+        """REST-JSON errors, with the modelled error's fields (see :func:`error_response`)."""
+        return error_response(response.status, response.headers, response.body)
 
 
 class EventStream:
