@@ -17,6 +17,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -725,14 +728,39 @@ def test_the_default_client_never_retries_and_takes_the_region_from_the_environm
 ) -> None:
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)  # no credentials in the environment: botocore's client
     model = BedrockConverseModel("amazon.nova-lite-v1:0")
     assert model.model_id == "bedrock:amazon.nova-lite-v1:0"
     client = model.client
     assert client.meta.region_name == "eu-west-3"
     assert client.meta.service_model.service_name == "bedrock-runtime"
-    assert client.meta.config.retries["total_max_attempts"] == 1
+    config = client.meta.config
+    assert config.retries["total_max_attempts"] == 1
+    # With credentials in the environment (as Lambda sets them): the lite client, set up alike.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    lite = BedrockConverseModel("amazon.nova-lite-v1:0").client
+    assert type(lite).__name__ == "BedrockRuntimeClient"
+    assert (lite.region, lite.endpoint_url) == ("eu-west-3", "https://bedrock-runtime.eu-west-3.amazonaws.com")
+    assert (lite._max_attempts, lite._connect_timeout, lite._read_timeout) == (
+        1,
+        config.connect_timeout,
+        config.read_timeout,
+    )
+
+
+def test_the_default_client_in_lambda_imports_no_botocore_client_machinery() -> None:
+    code = (
+        "import sys\n"
+        "from durable_harness.models.bedrock import BedrockConverseModel\n"
+        "client = BedrockConverseModel('amazon.nova-lite-v1:0').client\n"
+        "print(type(client).__name__, sorted(m for m in ('boto3', 'botocore.session', 'botocore.client', 'urllib3')"
+        " if m in sys.modules))\n"
+    )
+    env = {**os.environ, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "x"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["BedrockRuntimeClient", "[]"]
 
 
 # --- the lite client (what a deployed function uses) ----------------------------------------------

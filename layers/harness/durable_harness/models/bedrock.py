@@ -16,9 +16,12 @@ harness parts:
   ``internalServerException``, ``modelStreamErrorException``: retryable;
   ``validationException``: not) -> :class:`~durable_harness.errors.ModelError`.
 
-The default client is a ``bedrock-runtime`` client of the process's shared botocore session
-(:mod:`durable_harness.aws.clients`; region and credentials from the usual AWS chain) with
-``total_max_attempts=1``: the agent loop retries, the provider never does.
+The default client makes one attempt (the agent loop retries, the provider never does): where the
+environment holds credentials and a Region (as in Lambda), the lite client of
+:mod:`durable_harness.aws.lite` (no botocore import or client creation: the chat function's first
+turn starts sooner); elsewhere a ``bedrock-runtime`` client of the process's shared botocore session
+(:mod:`durable_harness.aws.clients`; region and credentials from the usual AWS chain). Both raise
+botocore's exceptions, which :func:`_model_error` maps.
 The caller needs ``bedrock:InvokeModelWithResponseStream`` on the model (or inference profile).
 """
 
@@ -106,7 +109,13 @@ _END = object()
 
 
 def default_client() -> Any:
-    """A ``bedrock-runtime`` client that never retries (one attempt), with a long read timeout."""
+    """A ``bedrock-runtime`` client that never retries (one attempt), with a long read timeout: the
+    lite one when the environment has what it needs (its defaults are these), else botocore's."""
+    from ..aws import lite
+
+    made = lite.client("bedrock-runtime")
+    if made is not None:
+        return made
     from botocore.config import Config
 
     from ..aws.clients import make_client
@@ -123,7 +132,7 @@ def default_client() -> Any:
 class BedrockConverseModel:
     """A Bedrock model (id, inference profile id or ARN) through ConverseStream.
 
-    ``client`` is a boto3 ``bedrock-runtime`` client (made on first use when not given; see
+    ``client`` is a boto3 or lite ``bedrock-runtime`` client (made on first use when not given; see
     :func:`default_client`). ``inference_config`` holds default ``inferenceConfig`` fields
     (``maxTokens``, ``temperature``, ``topP``, ``stopSequences``); the request's settings override
     them. ``settings["bedrock"]`` is merged into the ``converse_stream`` arguments (for example
@@ -148,7 +157,7 @@ class BedrockConverseModel:
 
     @property
     def client(self) -> Any:
-        """The boto3 client (the default one is made on first use)."""
+        """The ``bedrock-runtime`` client (the default one is made on first use)."""
         with self._lock:
             if self._client is None:
                 self._client = default_client()
