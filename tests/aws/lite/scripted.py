@@ -27,6 +27,7 @@ class Reply:
     chunked: bool = True
     wait: dict[int, threading.Event] = field(default_factory=dict)  # piece index -> sent once set
     reset: bool = False  # close the connection without answering
+    cut: bool = False  # close the connection after the pieces, before the body's end
 
 
 @dataclass
@@ -83,6 +84,9 @@ class ScriptedServer:
                         return
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if reply.chunked else piece)
                     self.wfile.flush()
+                if reply.cut:
+                    self.close_connection = True
+                    return
                 if reply.chunked:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()

@@ -20,7 +20,13 @@ import boto3
 import botocore.auth
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError, EventStreamError, ParamValidationError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    EventStreamError,
+    ParamValidationError,
+    ReadTimeoutError,
+)
 from durable_harness.aws.lite import _eventstream
 from durable_harness.aws.lite._transport import Credentials
 from durable_harness.aws.lite.bedrock import BedrockRuntimeClient
@@ -272,6 +278,30 @@ def test_the_request_is_botocores(server: ScriptedServer, model_id: str, monkeyp
     signed = ["host", "content-type", "x-amz-date", "x-amz-security-token", "authorization"]
     assert {h: ours.headers[h] for h in signed} == {h: theirs.headers[h] for h in signed}
     assert ours.method == theirs.method == "POST"
+
+
+def test_a_connection_lost_mid_stream_is_botocores_transport_error(server: ScriptedServer) -> None:
+    # botocore (through urllib3) raises urllib3's ProtocolError here, which the Bedrock adapter maps
+    # to a retryable error as it maps these: what matters is a botocore class it knows, after the
+    # events that arrived.
+    pieces = split(TEXT_THEN + TEXT_STREAM[len(START) : len(START) + 30], AWKWARD)
+    _, events, failure = outcome(lite_client(server), [Reply(200, dict(STREAM_HEADERS), pieces, cut=True)], server)
+    assert [next(iter(e)) for e in events] == ["messageStart", "contentBlockDelta"]
+    assert failure is not None and failure[0] == ConnectionClosedError.__name__ and server.url in failure[1]
+
+
+def test_a_stream_that_stalls_past_the_read_timeout_is_a_read_timeout(server: ScriptedServer) -> None:
+    never = threading.Event()  # the rest of the stream is never sent
+    pieces = [*split(TEXT_THEN, [64]), TEXT_STREAM[len(START) :]]
+    server.script[:] = [Reply(200, dict(STREAM_HEADERS), pieces, wait={len(pieces) - 1: never})]
+    credentials = Credentials(access_key=KEY, secret_key=SECRET, token=TOKEN)
+    client = BedrockRuntimeClient(region=REGION, credentials=credentials, endpoint_url=server.url, read_timeout=0.3)
+    response = client.converse_stream(modelId=HAIKU, **ARGUMENTS)
+    events = iter(response["stream"])
+    assert "messageStart" in next(events) and "contentBlockDelta" in next(events)
+    with pytest.raises(ReadTimeoutError):
+        next(events)
+    never.set()
 
 
 def test_a_closed_stream_leaves_the_client_usable(server: ScriptedServer) -> None:
