@@ -71,7 +71,7 @@ class MotoEndpoint:
         """The endpoint URL (for ``AWS_ENDPOINT_URL``)."""
 
     def __enter__(self) -> MotoEndpoint:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
@@ -64,11 +64,12 @@ class LiteClient:
     (this base reads JSON errors: ``__type`` / ``x-amzn-ErrorType`` and ``message`` / ``Message``).
     """
 
-    _backoff_scale = 0.05
+    _backoff_scale: ClassVar[float] = 0.05
     """The base of the backoff for non-throttling errors (botocore: 25 ms for DynamoDB)."""
-    _modeled_retryable: frozenset[str] = frozenset()
+    _modeled_retryable: ClassVar[frozenset[str]] = frozenset()
     """Error codes the service's model marks retryable (botocore's ``ModeledRetryableChecker``)."""
-    _s3_signing = False
+    _s3_signing: ClassVar[bool] = False
+    """Sign as botocore's ``S3SigV4Auth`` (``x-amz-content-sha256``, the path as it is)."""
 
     def __init__(
         self,
