@@ -51,13 +51,11 @@ def server() -> Iterator[ScriptedServer]:
 
 
 @pytest.fixture(autouse=True)
-def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Retries without their random waits, in both clients (the count of attempts is what is tested)."""
+def no_botocore_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore's retries without their random waits, as the lite client's (``conftest._no_backoff``)."""
     import botocore.retries.standard
-    from durable_harness.aws.lite import _client
 
     monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, context: 0)
-    monkeypatch.setattr(_client, "backoff", lambda attempt, **_: 0.0)
 
 
 def botocore_client(server: ScriptedServer, attempts: int = 5) -> Any:
