@@ -245,7 +245,11 @@ def _parse(shape_name: str | None, value: Any) -> Any:
 
 
 def serialize_body(arguments: Mapping[str, Any]) -> bytes:
-    """The JSON body botocore writes for ``arguments`` (``bytes`` as base64, the order kept)."""
+    """The JSON body botocore writes for ``arguments`` (``bytes`` as base64, the order kept).
+
+    Blobs are told apart by their type, not by the model: a blob given as ``str`` (which botocore
+    would encode too) is sent as it is. The harness passes blobs as ``bytes`` only.
+    """
     return json.dumps(_blobs_as_base64(arguments)).encode("utf-8") if arguments else b"{}"
 
 
