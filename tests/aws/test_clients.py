@@ -34,7 +34,6 @@ def test_clients_without_a_session_share_one_botocore_session(aws: None) -> None
     assert True not in clients._sessions  # outside the built layer there is no trimmed endpoint data
 
 
-
 def test_in_the_layer_the_harness_services_read_the_trimmed_endpoint_data_and_any_other_the_full(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,3 +126,40 @@ def test_the_runtime_imports_no_boto3() -> None:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_in_lambda_the_runtime_is_built_from_lite_clients_without_botocore_session_or_config() -> None:
+    """With ``AWS_LAMBDA_FUNCTION_NAME`` and credentials in the environment (Lambda's), build_runtime
+    and the first DynamoDB client leave ``botocore.session`` / ``botocore.config`` unloaded."""
+    code = (
+        "import json, sys\n"
+        "from durable_harness.aws.runtime import build_runtime\n"
+        f"built = build_runtime({ENV!r} | {{'EVENT_BUS_NAME': 'bus'}})\n"
+        "print(json.dumps([type(built.store._ddb).__module__,\n"
+        "  [m for m in ('boto3', 'botocore.session', 'botocore.config', 'botocore.client') if m in sys.modules]]))\n"
+    )
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION,
+           "AWS_LAMBDA_FUNCTION_NAME": "chat"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    assert json.loads(done.stdout) == ["durable_harness.aws.lite.dynamodb", []]
+
+
+def test_make_client_in_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lite where a lite client serves (with a given Config's timeouts and attempts), else botocore;
+    a caller's session always gets botocore; outside Lambda nothing changes."""
+    import boto3
+    from botocore.config import Config
+    from durable_harness.aws.lite import LiteClient
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_LAMBDA_FUNCTION_NAME", "f")):
+        monkeypatch.setenv(name, value)
+    ddb = make_client("dynamodb", runtime.client_config, region=REGION)
+    assert isinstance(ddb, LiteClient)
+    assert (ddb._connect_timeout, ddb._read_timeout, ddb._max_attempts) == (3.0, 10.0, 5)
+    once = make_client("stepfunctions", Config(retries={"total_max_attempts": 1}, read_timeout=600), region=REGION)
+    assert (once._read_timeout, once._max_attempts) == (600.0, 1)
+    assert type(make_client("sqs", region=REGION)).__module__ == "botocore.client"  # no lite client for it
+    session = boto3.Session(region_name=REGION)
+    assert type(make_client("dynamodb", region=REGION, session=session)).__module__ == "botocore.client"
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME")
+    assert type(make_client("dynamodb", region=REGION)).__module__ == "botocore.client"

@@ -272,3 +272,33 @@ async def test_a_turn_that_ends_in_the_chat_function_needs_no_execution(stack: M
     assert_complete_turn(response.chunks())
     assert state_of(stack, run_id).status == "finished"
     assert stack.executions() == []
+
+
+async def test_a_turn_over_the_lite_clients_as_in_lambda(stack: MotoStack) -> None:
+    """The functions' clients as in Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set): lite clients of
+    ``durable_harness.aws.lite`` over real HTTP (the same moto, served on loopback), botocore for
+    a service without one. A whole turn over several slices keeps every invariant."""
+    from durable_harness.aws import runtime
+    from durable_harness.aws.lite import LiteClient
+
+    from tests.motoserver import MotoEndpoint
+
+    # Undone before the stack goes (its teardown talks to moto in-process, as before).
+    with MotoEndpoint() as endpoint, pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "harness")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint.url)
+        monkeypatch.setattr(runtime, "_clients", {})  # the process's clients: made afresh, then dropped
+        app = chat_app(stack)
+        assert isinstance(runtime.client_for("dynamodb", region="us-east-1"), LiteClient)
+        response = await call(app, sample_event("chat-post.json"))
+        assert response.status == 200, response.body
+        run_id = response.headers["x-workflow-run-id"]
+        chunks = response.chunks()
+        assert_complete_turn(chunks)  # one finish, last; the whole turn once
+        assert chunks == log_of(stack, run_id)  # every chunk the client saw is in the log, once, in order
+        total = state_of(stack, run_id).slices
+        assert total > 1 and len(stack.calls_of("SliceFunction", run_id)) == total - 1
+        [execution] = await executions_of(stack, run_id)
+        assert execution["status"] == "SUCCEEDED", execution
+        assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}  # no recorded tool ran again
+        assert isinstance(runtime.client_for("stepfunctions", region="us-east-1"), LiteClient)

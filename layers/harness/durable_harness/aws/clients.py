@@ -1,4 +1,12 @@
-"""botocore clients from one shared botocore session, without boto3.
+"""The harness's AWS clients: a lite client in Lambda where one serves, else botocore clients from
+one shared botocore session, without boto3.
+
+In a Lambda function (``AWS_LAMBDA_FUNCTION_NAME`` set) a client made without a session of the
+caller's is a lite client of :mod:`.lite` when one serves the service (credentials in the
+environment, as Lambda sets them; the ``aws`` or ``aws-cn`` partition): the same methods and
+errors without botocore's import and client creation, most of what is left of a function's cold
+start (``bench/cold_start.py``). botocore is then imported only when a client of another service
+is made; anywhere else (the local kit, tests, a test's session) every client is botocore's.
 
 A boto3 client *is* a botocore client: what boto3 adds (the S3 transfer methods, the resource
 API) the harness never uses, yet importing it (with s3transfer) costs a cold start about 15-20 ms.
@@ -22,11 +30,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-# Imported here, not when the first client is made: a function imports this module in its init
-# phase, which runs with more CPU than its first invocation.
-import botocore
-import botocore.session
-
 if TYPE_CHECKING:
     from botocore.config import Config
 
@@ -40,13 +43,33 @@ _lock = threading.Lock()  # a botocore session is not thread-safe; its clients a
 _trimmed_services: frozenset[str] | None = None
 
 
-def make_client(service: str, config: Config | None = None, *, region: str | None = None, session: Any = None) -> Any:
-    """A new client for ``service``: from ``session`` (a ``boto3.Session``, e.g. a test's) when given,
-    else from the process's shared botocore session (region and credentials from the environment,
-    as ``boto3.client`` would take them)."""
+def make_client(
+    service: str,
+    config: Config | Callable[[], Config] | None = None,
+    *,
+    region: str | None = None,
+    session: Any = None,
+) -> Any:
+    """A new client for ``service``: from ``session`` (a ``boto3.Session``, e.g. a test's) when given;
+    else, in Lambda, a lite client (:mod:`.lite`) if one serves the service; else from the process's
+    shared botocore session (region and credentials from the environment, as ``boto3.client`` would
+    take them).
+
+    ``config`` is a botocore ``Config`` or a function that makes one (called only when a botocore
+    client is made, so that ``botocore.config`` is not imported for a lite client). A lite client
+    takes a given ``Config``'s timeouts and attempts; without one it has ``CLIENT_CONFIG``'s.
+    """
+    if session is None and os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        made = _lite_client(service, config, region)
+        if made is not None:
+            return made
+    if callable(config):
+        config = config()
     with _lock:
         if session is not None:
             return session.client(service, region_name=region, config=config)
+        import botocore.session  # here, not at import: a function whose clients are all lite never loads it
+
         trimmed = service in _services_of_trimmed_data()
         shared = _sessions.get(trimmed)
         if shared is None:
@@ -57,11 +80,28 @@ def make_client(service: str, config: Config | None = None, *, region: str | Non
         return shared.create_client(service, region_name=region, config=config)
 
 
+def _lite_client(service: str, config: Any, region: str | None) -> Any:
+    """A lite client for ``service`` with the timeouts and attempts of ``config`` (a ``Config``), or None."""
+    from . import lite
+
+    settings: dict[str, Any] = {}
+    if config is not None and not callable(config):
+        retries = config.retries or {}
+        attempts = retries.get("total_max_attempts", retries["max_attempts"] + 1 if "max_attempts" in retries else None)
+        for name, value in (("connect_timeout", config.connect_timeout), ("read_timeout", config.read_timeout),
+                            ("max_attempts", attempts)):  # fmt: skip
+            if isinstance(value, int | float):
+                settings[name] = float(value) if name != "max_attempts" else int(value)
+    return lite.client(service, region=region, **settings)
+
+
 def _services_of_trimmed_data() -> frozenset[str]:
     """The services the trimmed endpoint data has entries for: those whose models the layer ships,
     the folders of botocore's own data (none outside the layer, which has no trimmed data)."""
     global _trimmed_services
     if _trimmed_services is None:
+        import botocore
+
         models = os.path.join(os.path.dirname(botocore.__file__), "data")
         if os.path.isfile(os.path.join(_TRIMMED_DATA, "endpoints.json")):
             _trimmed_services = frozenset(e.name for e in os.scandir(models) if e.is_dir())

@@ -40,8 +40,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botocore.config import Config
-
 from ..errors import FatalError
 from .chunklog import DynamoChunkLog
 from .clients import LazyClient, make_client
@@ -52,23 +50,46 @@ from .stepfunctions import StepFunctionsOrchestrator
 
 if TYPE_CHECKING:
     import boto3
+    from botocore.config import Config
 
-__all__ = ["CLIENT_CONFIG", "AwsConfigError", "AwsRuntime", "build_runtime", "client_for"]
+__all__ = ["CLIENT_CONFIG", "AwsConfigError", "AwsRuntime", "build_runtime", "client_config", "client_for"]
 
-CLIENT_CONFIG = Config(
-    # Standard mode retries throttling, 5xx and connection errors with capped exponential
-    # backoff and a retry quota. Adaptive mode would add client-side rate limiting that blocks
-    # the calling thread, which a time-sliced Lambda would rather spend on a retry of the slice.
-    # total_max_attempts counts the first attempt too (the dict's max_attempts counts retries).
-    retries={"mode": "standard", "total_max_attempts": 5},
-    connect_timeout=3,
-    # Above DynamoDB's and S3's latency for small items and segments by orders of magnitude, yet
-    # far below a slice's budget: a hung connection is retried instead of eating the slice.
-    read_timeout=10,
-    tcp_keepalive=True,
-    max_pool_connections=32,  # the chunk log reads segments in parallel
-)
-"""The botocore configuration of every client this module creates."""
+_config: Config | None = None
+
+
+def client_config() -> Config:
+    """:data:`CLIENT_CONFIG`, made on first use: ``botocore.config`` is imported only where a botocore
+    client is made (in Lambda the harness's clients are lite ones where they can be, :mod:`.clients`)."""
+    global _config
+    if _config is None:
+        from botocore.config import Config
+
+        _config = Config(
+            # Standard mode retries throttling, 5xx and connection errors with capped exponential
+            # backoff and a retry quota. Adaptive mode would add client-side rate limiting that blocks
+            # the calling thread, which a time-sliced Lambda would rather spend on a retry of the slice.
+            # total_max_attempts counts the first attempt too (the dict's max_attempts counts retries).
+            retries={"mode": "standard", "total_max_attempts": 5},
+            connect_timeout=3,
+            # Above DynamoDB's and S3's latency for small items and segments by orders of magnitude, yet
+            # far below a slice's budget: a hung connection is retried instead of eating the slice.
+            read_timeout=10,
+            tcp_keepalive=True,
+            max_pool_connections=32,  # the chunk log reads segments in parallel
+        )
+    return _config
+
+
+def __getattr__(name: str) -> Any:
+    """``CLIENT_CONFIG``, built when first read (PEP 562)."""
+    if name == "CLIENT_CONFIG":
+        return client_config()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+CLIENT_CONFIG: Config
+"""The botocore configuration of every botocore client this module creates (made on first read;
+a lite client has the same retries and timeouts, :mod:`.lite`)."""
 
 _DAY = 86400
 _clients: dict[tuple[int, str, str | None], tuple[Any, Any]] = {}
@@ -100,7 +121,7 @@ def client_for(service: str, *, session: boto3.Session | None = None, region: st
         # The session is kept with its client so that its id cannot be reused by another session.
         if cached is not None and cached[1] is session:
             return cached[0]
-        client = make_client(service, CLIENT_CONFIG, region=region, session=session)
+        client = make_client(service, client_config, region=region, session=session)
         _clients[key] = (client, session)
         return client
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from importlib import import_module
+from typing import Any
 
 from ._client import LiteClient
 from ._transport import credentials_from_env, endpoint_url
@@ -32,9 +33,14 @@ _SERVICES: dict[str, tuple[str, str, str, str, str]] = {
 }
 
 
-def client(service: str, *, region: str | None = None, env: Mapping[str, str] = os.environ) -> LiteClient | None:
+def client(
+    service: str, *, region: str | None = None, env: Mapping[str, str] = os.environ, **settings: Any
+) -> LiteClient | None:
     """A lite client for ``service`` (boto3's name: ``dynamodb``, ``stepfunctions``, ``events`` ...)
-    in ``region`` (default ``AWS_REGION`` / ``AWS_DEFAULT_REGION``), or None when it cannot serve it."""
+    in ``region`` (default ``AWS_REGION`` / ``AWS_DEFAULT_REGION``), or None when it cannot serve it.
+
+    ``settings`` are :class:`LiteClient`'s ``connect_timeout``, ``read_timeout``, ``max_attempts``
+    (default the harness's ``CLIENT_CONFIG``: 3 s, 10 s, 5 attempts)."""
     entry = _SERVICES.get(service)
     region = region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     credentials = credentials_from_env(env)
@@ -45,5 +51,7 @@ def client(service: str, *, region: str | None = None, env: Mapping[str, str] = 
     if url is None:
         return None
     factory = getattr(import_module(module, __name__), cls)
-    made: LiteClient = factory(region=region, credentials=credentials, endpoint_url=url, signing_name=signing_name)
+    made: LiteClient = factory(
+        region=region, credentials=credentials, endpoint_url=url, signing_name=signing_name, **settings
+    )
     return made
