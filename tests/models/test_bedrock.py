@@ -728,8 +728,9 @@ def test_the_default_client_never_retries_and_takes_the_region_from_the_environm
 ) -> None:
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(name, raising=False)  # no credentials in the environment: botocore's client
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
     model = BedrockConverseModel("amazon.nova-lite-v1:0")
     assert model.model_id == "bedrock:amazon.nova-lite-v1:0"
     client = model.client
@@ -737,9 +738,8 @@ def test_the_default_client_never_retries_and_takes_the_region_from_the_environm
     assert client.meta.service_model.service_name == "bedrock-runtime"
     config = client.meta.config
     assert config.retries["total_max_attempts"] == 1
-    # With credentials in the environment (as Lambda sets them): the lite client, set up alike.
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    # In Lambda: the lite client, set up alike.
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "chat")
     lite = BedrockConverseModel("amazon.nova-lite-v1:0").client
     assert type(lite).__name__ == "BedrockRuntimeClient"
     assert (lite.region, lite.endpoint_url) == ("eu-west-3", "https://bedrock-runtime.eu-west-3.amazonaws.com")
@@ -755,10 +755,11 @@ def test_the_default_client_in_lambda_imports_no_botocore_client_machinery() -> 
         "import sys\n"
         "from durable_harness.models.bedrock import BedrockConverseModel\n"
         "client = BedrockConverseModel('amazon.nova-lite-v1:0').client\n"
-        "print(type(client).__name__, sorted(m for m in ('boto3', 'botocore.session', 'botocore.client', 'urllib3')"
-        " if m in sys.modules))\n"
+        "print(type(client).__name__, sorted(m for m in ('boto3', 'botocore.session', 'botocore.client',"
+        " 'botocore.config', 'urllib3') if m in sys.modules))\n"
     )
     env = {**os.environ, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "x"}
+    env["AWS_LAMBDA_FUNCTION_NAME"] = "chat"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["BedrockRuntimeClient", "[]"]
 

@@ -16,12 +16,12 @@ harness parts:
   ``internalServerException``, ``modelStreamErrorException``: retryable;
   ``validationException``: not) -> :class:`~durable_harness.errors.ModelError`.
 
-The default client makes one attempt (the agent loop retries, the provider never does): where the
-environment holds credentials and a Region (as in Lambda), the lite client of
-:mod:`durable_harness.aws.lite` (no botocore import or client creation: the chat function's first
-turn starts sooner); elsewhere a ``bedrock-runtime`` client of the process's shared botocore session
-(:mod:`durable_harness.aws.clients`; region and credentials from the usual AWS chain). Both raise
-botocore's exceptions, which :func:`_model_error` maps.
+The default client makes one attempt (the agent loop retries, the provider never does): in Lambda
+the lite client of :mod:`durable_harness.aws.lite` (no botocore import or client creation: the chat
+function's first turn starts sooner), elsewhere a ``bedrock-runtime`` client of the process's shared
+botocore session (region and credentials from the usual AWS chain); both come from
+:func:`durable_harness.aws.clients.make_client` and raise botocore's exceptions, which
+:func:`_model_error` maps.
 The caller needs ``bedrock:InvokeModelWithResponseStream`` on the model (or inference profile).
 """
 
@@ -109,24 +109,26 @@ _END = object()
 
 
 def default_client() -> Any:
-    """A ``bedrock-runtime`` client that never retries (one attempt), with a long read timeout: the
-    lite one when the environment has what it needs (its defaults are these), else botocore's."""
-    from ..aws import lite
+    """A ``bedrock-runtime`` client that never retries (one attempt), with a long read timeout.
 
-    made = lite.client("bedrock-runtime")
-    if made is not None:
-        return made
-    from botocore.config import Config
-
+    In Lambda :func:`~durable_harness.aws.clients.make_client` makes it a lite client, whose
+    defaults are these settings (the config is made only for a botocore client: importing
+    ``botocore.config`` alone costs a cold start tens of milliseconds).
+    """
     from ..aws.clients import make_client
 
-    config = Config(
+    return make_client("bedrock-runtime", _client_config)  # the process's botocore session: no second one
+
+
+def _client_config() -> Any:
+    from botocore.config import Config
+
+    return Config(
         retries={"total_max_attempts": 1, "mode": "standard"},
         connect_timeout=10,
         read_timeout=600,
         user_agent_extra="durable-harness",
     )
-    return make_client("bedrock-runtime", config)  # the process's botocore session: no second one
 
 
 class BedrockConverseModel:
