@@ -7,7 +7,7 @@ answers with an :class:`~botocore.awsrequest.AWSResponse` whose body is the bina
 ``application/vnd.amazon.eventstream`` Bedrock sends: frames with the ``:event-type`` /
 ``:message-type`` / ``:exception-type`` headers, the JSON payloads (with Bedrock's ``p`` padding
 field) and both CRC32 checksums. botocore ships an event-stream *decoder* but no encoder, so
-:func:`frame` writes the documented frame layout (checked against botocore's decoder below);
+``tests.aws.lite.frames`` writes the documented frame layout (checked against botocore's decoder below);
 botocore then parses the stream exactly as it parses Bedrock's. Error responses carry the
 ``x-amzn-ErrorType`` header and JSON body of the real service. Nothing of our code is mocked.
 """
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
-import struct
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,6 +37,8 @@ from durable_harness.models.bedrock import BedrockConverseModel
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol.harness_parts import encode_part
 
+from tests.aws.lite.frames import event, exception
+
 MODEL_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 SIGNATURE = "ErcBCkgIAhABGAIiQMrjEqI3ryb4Hqq5aYvB2EcLhmdD9XvnH1FJ5fX0cL8lRuqaGmoAa5hcLQzBeLyZMB6f"
@@ -43,28 +46,6 @@ REDACTED = b"\x0e\x8e\x02\x0a\x02\x18\x01opaque-redacted-reasoning"
 
 
 # --- the event-stream wire format ----------------------------------------------------------------
-
-
-def frame(headers: dict[str, str], payload: bytes) -> bytes:
-    """One event-stream message: prelude (total length, headers length, CRC), headers, payload, CRC."""
-    encoded = b"".join(
-        bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(value)) + value.encode()
-        for name, value in headers.items()
-    )
-    prelude = struct.pack(">II", 12 + len(encoded) + len(payload) + 4, len(encoded))
-    prelude += struct.pack(">I", binascii.crc32(prelude))
-    message = prelude + encoded + payload
-    return message + struct.pack(">I", binascii.crc32(message))
-
-
-def event(name: str, body: dict[str, Any]) -> bytes:
-    headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
-    return frame(headers, json.dumps(body, separators=(",", ":")).encode())
-
-
-def exception(name: str, body: dict[str, Any]) -> bytes:
-    headers = {":exception-type": name, ":content-type": "application/json", ":message-type": "exception"}
-    return frame(headers, json.dumps(body, separators=(",", ":")).encode())
 
 
 def test_frames_decode_with_botocores_own_parser() -> None:
@@ -749,9 +730,73 @@ def test_the_default_client_never_retries_and_takes_the_region_from_the_environm
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
     model = BedrockConverseModel("amazon.nova-lite-v1:0")
     assert model.model_id == "bedrock:amazon.nova-lite-v1:0"
     client = model.client
     assert client.meta.region_name == "eu-west-3"
     assert client.meta.service_model.service_name == "bedrock-runtime"
-    assert client.meta.config.retries["total_max_attempts"] == 1
+    config = client.meta.config
+    assert config.retries["total_max_attempts"] == 1
+    # In Lambda: the lite client, set up alike.
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "chat")
+    lite = BedrockConverseModel("amazon.nova-lite-v1:0").client
+    assert type(lite).__name__ == "BedrockRuntimeClient"
+    assert (lite.region, lite.endpoint_url) == ("eu-west-3", "https://bedrock-runtime.eu-west-3.amazonaws.com")
+    assert (lite._max_attempts, lite._connect_timeout, lite._read_timeout) == (
+        1,
+        config.connect_timeout,
+        config.read_timeout,
+    )
+
+
+def test_the_default_client_in_lambda_imports_no_botocore_client_machinery() -> None:
+    code = (
+        "import sys\n"
+        "from durable_harness.models.bedrock import BedrockConverseModel\n"
+        "client = BedrockConverseModel('amazon.nova-lite-v1:0').client\n"
+        "print(type(client).__name__, sorted(m for m in ('boto3', 'botocore.session', 'botocore.client',"
+        " 'botocore.config', 'urllib3') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "x"}
+    env["AWS_LAMBDA_FUNCTION_NAME"] = "chat"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["BedrockRuntimeClient", "[]"]
+
+
+# --- the lite client (what a deployed function uses) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [TOOLS_STREAM, REASONING_STREAM, TEXT_THEN + exception("throttlingException", {"message": "Too many tokens"})],
+    ids=["tools", "reasoning", "throttled"],
+)
+async def test_a_turn_streams_through_the_lite_client_as_through_boto3(stream: bytes) -> None:
+    """The adapter on the lite ``bedrock-runtime`` client, against a loopback server that streams the
+    recorded bytes in HTTP chunks cut mid-frame, yields the parts (and the error) it yields on boto3."""
+    from durable_harness.aws.lite._transport import Credentials
+    from durable_harness.aws.lite.bedrock import BedrockRuntimeClient
+
+    from tests.aws.lite.scripted import Reply, ScriptedServer, split
+
+    async def run(model: BedrockConverseModel) -> tuple[list[str], tuple[str, bool] | None]:
+        parts: list[str] = []
+        try:
+            async for part in model.stream(hello()):
+                parts.append(encode_part(part))
+        except ModelError as error:
+            return parts, (str(error), error.retryable)
+        return parts, None
+
+    expected = await run(model_for(streamed(stream))[0])
+    with ScriptedServer() as server:
+        headers = {"content-type": "application/vnd.amazon.eventstream", "x-amzn-requestid": "5d1c6ffe"}
+        server.script.append(Reply(200, headers, split(stream, [7, 13, 1, 64])))
+        credentials = Credentials(access_key="AKIDEXAMPLE", secret_key=SECRET_KEY, token=None)
+        client = BedrockRuntimeClient(
+            region="us-east-1", credentials=credentials, endpoint_url=server.url, max_attempts=1
+        )
+        assert await run(BedrockConverseModel(MODEL_ID, client=client)) == expected
+        assert server.requests[0].path.startswith("/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/")
+    assert len(expected[0]) >= 3

@@ -16,9 +16,12 @@ harness parts:
   ``internalServerException``, ``modelStreamErrorException``: retryable;
   ``validationException``: not) -> :class:`~durable_harness.errors.ModelError`.
 
-The default client is a ``bedrock-runtime`` client of the process's shared botocore session
-(:mod:`durable_harness.aws.clients`; region and credentials from the usual AWS chain) with
-``total_max_attempts=1``: the agent loop retries, the provider never does.
+The default client makes one attempt (the agent loop retries, the provider never does): in Lambda
+the lite client of :mod:`durable_harness.aws.lite` (no botocore import or client creation: the chat
+function's first turn starts sooner), elsewhere a ``bedrock-runtime`` client of the process's shared
+botocore session (region and credentials from the usual AWS chain); both come from
+:func:`durable_harness.aws.clients.make_client` and raise botocore's exceptions, which
+:func:`_model_error` maps.
 The caller needs ``bedrock:InvokeModelWithResponseStream`` on the model (or inference profile).
 """
 
@@ -106,24 +109,32 @@ _END = object()
 
 
 def default_client() -> Any:
-    """A ``bedrock-runtime`` client that never retries (one attempt), with a long read timeout."""
-    from botocore.config import Config
+    """A ``bedrock-runtime`` client that never retries (one attempt), with a long read timeout.
 
+    In Lambda :func:`~durable_harness.aws.clients.make_client` makes it a lite client, whose
+    defaults are these settings (the config is made only for a botocore client: importing
+    ``botocore.config`` alone costs a cold start tens of milliseconds).
+    """
     from ..aws.clients import make_client
 
-    config = Config(
+    return make_client("bedrock-runtime", _client_config)  # the process's botocore session: no second one
+
+
+def _client_config() -> Any:
+    from botocore.config import Config
+
+    return Config(
         retries={"total_max_attempts": 1, "mode": "standard"},
         connect_timeout=10,
         read_timeout=600,
         user_agent_extra="durable-harness",
     )
-    return make_client("bedrock-runtime", config)  # the process's botocore session: no second one
 
 
 class BedrockConverseModel:
     """A Bedrock model (id, inference profile id or ARN) through ConverseStream.
 
-    ``client`` is a boto3 ``bedrock-runtime`` client (made on first use when not given; see
+    ``client`` is a boto3 or lite ``bedrock-runtime`` client (made on first use when not given; see
     :func:`default_client`). ``inference_config`` holds default ``inferenceConfig`` fields
     (``maxTokens``, ``temperature``, ``topP``, ``stopSequences``); the request's settings override
     them. ``settings["bedrock"]`` is merged into the ``converse_stream`` arguments (for example
@@ -148,7 +159,7 @@ class BedrockConverseModel:
 
     @property
     def client(self) -> Any:
-        """The boto3 client (the default one is made on first use)."""
+        """The ``bedrock-runtime`` client (the default one is made on first use)."""
         with self._lock:
             if self._client is None:
                 self._client = default_client()

@@ -30,6 +30,7 @@ _SERVICES: dict[str, tuple[str, str, str, str, str]] = {
     "stepfunctions": (".jsonrpc", "StepFunctionsClient", "SFN", "states", "states"),
     "events": (".jsonrpc", "EventBridgeClient", "EVENTBRIDGE", "events", "events"),
     "s3": (".s3", "S3Client", "S3", "s3", "s3"),
+    "bedrock-runtime": (".bedrock", "BedrockRuntimeClient", "BEDROCK_RUNTIME", "bedrock-runtime", "bedrock"),
 }
 
 
