@@ -247,10 +247,6 @@ def test_throttling_and_unavailable_are_retried_as_botocore_retries(server: Scri
     assert ours[2]["Error"] == theirs[2]["Error"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the base LiteClient (aws/lite/_client.py, helper L1) sets no MaxAttemptsReached after the last retry yet",
-)
 def test_the_error_after_the_last_retry_says_so_as_botocores(server: ScriptedServer) -> None:
     reply = RETRIED[0]
     theirs = outcome(botocore_client(server), [reply] * 5, server)[0]

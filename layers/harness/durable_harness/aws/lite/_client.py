@@ -154,6 +154,8 @@ class LiteClient:
             )  # fmt: skip
             if not retryable or attempt >= self._max_attempts:
                 error["ResponseMetadata"] = self._response_metadata(response)
+                if attempt >= self._max_attempts:  # botocore's standard mode marks the last attempt so
+                    error["ResponseMetadata"]["MaxAttemptsReached"] = True  # (its message then says it too)
                 raise ClientError(error, operation)
             delay = backoff(attempt, throttled=throttled, scale=self._backoff_scale)
             retry_after = _retry_after(response)
