@@ -177,7 +177,7 @@ import asyncio
 stage()
 import pydantic, pydantic.main
 stage()
-import botocore.session, botocore.client, botocore.config
+{aws_imports}
 stage()
 import durable_harness, durable_harness.cli, durable_harness.server.app, durable_harness.server.service
 stage()
@@ -194,7 +194,7 @@ print("STAGES", *[(b - a) * 1000 for a, b in zip(marks, marks[1:])], flush=True)
 STAGE_NAMES = (
     "asyncio (and the stdlib it imports)",
     "pydantic",
-    "botocore (and urllib3)",
+    "{aws}",
     "durable_harness: the agent, messages, protocol, runner, server (their pydantic models)",
     "durable_harness.aws: the adapters",
     "the agent file (my_agent)",
@@ -203,6 +203,17 @@ STAGE_NAMES = (
 )
 """The chat function's load, cut into stages imported in this order (each stage's CPU is what it
 adds to the ones before)."""
+AWS_STAGES = {
+    "lite": ("import http.client, botocore.exceptions",
+             "the AWS clients' imports: http.client, botocore's exception classes (aws/lite)"),
+    "botocore": ("import botocore.session, botocore.client, botocore.config", "botocore (and urllib3)"),
+}  # fmt: skip
+"""The third stage: what the build's AWS clients import (a build from before ``aws/lite``: botocore)."""
+
+
+def aws_stage(layer: Path) -> tuple[str, str]:
+    """The imports and the name of the AWS-client stage of the chat function in ``layer``."""
+    return AWS_STAGES["lite" if (layer / "durable_harness" / "aws" / "lite").is_dir() else "botocore"]
 
 
 def chat_stages(py: str, build: Path, layer: Path, runs: int) -> list[float]:
@@ -210,7 +221,7 @@ def chat_stages(py: str, build: Path, layer: Path, runs: int) -> list[float]:
     fn_dir = build / FUNCTIONS["chat"]
     samples = []
     for _ in range(runs):
-        code = STAGES.format(fn=str(fn_dir), layer=str(layer))
+        code = STAGES.format(fn=str(fn_dir), layer=str(layer), aws_imports=aws_stage(layer)[0])
         done = subprocess.run([py, "-S", "-B", "-c", code], env=function_env("chat", build), capture_output=True,
                               text=True, cwd=fn_dir)  # fmt: skip
         line = next((ln for ln in done.stdout.splitlines() if ln.startswith("STAGES ")), None)
@@ -561,7 +572,8 @@ def main() -> None:
                      "ms"], rows))  # fmt: skip
     print(f"\nchat: where its load goes, stage by stage (garbage collector off, as serve.load() runs it; median "
           f"CPU ms of {args.runs} fresh processes):\n")  # fmt: skip
-    print(table(["stage", "CPU ms"], [*zip(STAGE_NAMES, stages, strict=True), ["total", sum(stages)]]))
+    names = [name.format(aws=aws_stage(layer_of(build))[1]) for name in STAGE_NAMES]
+    print(table(["stage", "CPU ms"], [*zip(names, stages, strict=True), ["total", sum(stages)]]))
     for name, profile in profiles.items():
         print(f"\n{name}: -X importtime self time by package, ms (layer as built):")
         print(table(["package", "ms"], [[k, v] for k, v in profile[:10]]))

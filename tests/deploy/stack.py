@@ -591,6 +591,11 @@ class MotoStack:
 
         return recording
 
+    def recording_lite(self, client: Any) -> Any:
+        """``client`` (a lite client of ``durable_harness.aws.lite``, which botocore's
+        ``_make_api_call`` never sees) with its calls recorded for :meth:`check_iam` as botocore's are."""
+        return RecordedLiteClient(client, self) if client is not None else None
+
     def policy_statements(self, logical_id: str) -> list[dict[str, Any]]:
         """The Allow statements of a function's (or the state machine's) policies, resolved."""
         policies = (
@@ -667,6 +672,28 @@ def policy_template_statement(name: str, args: Mapping[str, Any]) -> dict[str, A
     if name == "AWSSecretsManagerGetSecretValuePolicy":
         return {"Action": "secretsmanager:GetSecretValue", "Resource": args["SecretArn"]}
     raise AssertionError(f"policy template {name} is not modelled by the deploy tests")
+
+
+class RecordedLiteClient:
+    """A lite client whose calls :class:`MotoStack` records (``put_item(...)`` as ``PutItem``)."""
+
+    def __init__(self, client: Any, stack: MotoStack) -> None:
+        self.client, self._stack = client, stack
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+        if name.startswith("_") or not callable(method):
+            return method
+        operation = "".join(part.title() for part in name.split("_"))  # list_objects_v2 -> ListObjectsV2
+
+        def call(**params: Any) -> Any:
+            actor = ACTOR.get()
+            if actor != "harness":
+                request = iam_request(self.client._signing_name, operation, params, self._stack)
+                self._stack.calls.append(Call(actor, *request))
+            return method(**params)
+
+        return call
 
 
 def iam_request(

@@ -278,7 +278,7 @@ async def test_a_turn_over_the_lite_clients_as_in_lambda(stack: MotoStack) -> No
     """The functions' clients as in Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set): lite clients of
     ``durable_harness.aws.lite`` over real HTTP (the same moto, served on loopback), botocore for
     a service without one. A whole turn over several slices keeps every invariant."""
-    from durable_harness.aws import runtime
+    from durable_harness.aws import clients, runtime
     from durable_harness.aws.lite import LiteClient
 
     from tests.motoserver import MotoEndpoint
@@ -288,8 +288,10 @@ async def test_a_turn_over_the_lite_clients_as_in_lambda(stack: MotoStack) -> No
         monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "harness")
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint.url)
         monkeypatch.setattr(runtime, "_clients", {})  # the process's clients: made afresh, then dropped
+        lite = clients._lite_client  # every call recorded, so that the stack checks it against IAM at its end
+        monkeypatch.setattr(clients, "_lite_client", lambda *args: stack.recording_lite(lite(*args)))
         app = chat_app(stack)
-        assert isinstance(runtime.client_for("dynamodb", region="us-east-1"), LiteClient)
+        assert isinstance(runtime.client_for("dynamodb", region="us-east-1").client, LiteClient)
         response = await call(app, sample_event("chat-post.json"))
         assert response.status == 200, response.body
         run_id = response.headers["x-workflow-run-id"]
@@ -301,4 +303,8 @@ async def test_a_turn_over_the_lite_clients_as_in_lambda(stack: MotoStack) -> No
         [execution] = await executions_of(stack, run_id)
         assert execution["status"] == "SUCCEEDED", execution
         assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}  # no recorded tool ran again
-        assert isinstance(runtime.client_for("stepfunctions", region="us-east-1"), LiteClient)
+        assert isinstance(runtime.client_for("stepfunctions", region="us-east-1").client, LiteClient)
+        made = {(call.actor, action) for call in stack.calls for action in call.actions}
+        # The lite clients' calls are recorded (and checked against the template's IAM at the end).
+        assert {("ChatFunction", "dynamodb:PutItem"), ("ChatFunction", "states:StartExecution"),
+                ("SliceFunction", "dynamodb:Query")} <= made, made  # fmt: skip
