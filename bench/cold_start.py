@@ -553,7 +553,7 @@ def main() -> None:
     if first:
         print(f"\nchat: cold start through the first request, median of {args.runs_first} fresh processes: the import, "
               "then POST /api/chat (a new chat) handled in-process against moto over loopback (real HTTP, the "
-              "process's own botocore), CPU and wall time from the app's call: to its response's start (the run "
+              "process's own AWS clients), CPU and wall time from the app's call: to its response's start (the run "
               "record written), to the first body bytes (the first chunk of the run's first slice, which the "
               "function runs itself; it starts the run's execution after that chunk), and to the turn's last "
               "chunk (`finish`: the demo turn's one slice ends with it, its log sealed to S3 as it is committed):\n"
