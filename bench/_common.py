@@ -401,18 +401,7 @@ class MotoAws:
         self._mock = mock_aws()
         self._mock.start()
         ddb, s3 = self.clients(meter=None)
-        ddb.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        ddb.update_time_to_live(
-            TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"}
-        )
+        create_runs_table(ddb, TABLE, ttl=True)
         s3.create_bucket(Bucket=BUCKET)
         return self
 
@@ -546,3 +535,4 @@ def user_turn(text: str = "Go.") -> list[Any]:
 
 
 from tests.motoserver import MotoEndpoint as MotoEndpoint  # noqa: E402  (the tests use it too)
+from tests.motoserver import create_runs_table  # noqa: E402

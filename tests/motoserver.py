@@ -1,5 +1,6 @@
 """moto over real HTTP on loopback: :class:`MotoEndpoint`, for clients that are not botocore's stubbed
-ones (another process's botocore, the lite clients of :mod:`durable_harness.aws.lite`).
+ones (another process's botocore, the lite clients of :mod:`durable_harness.aws.lite`); and
+:func:`create_runs_table`, the deployed runs table's layout in moto.
 
 Used by the lite clients' tests, the deployed-stack test that forces them, and ``bench/`` (which
 imports it from here).
@@ -10,10 +11,28 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["MotoEndpoint"]
+__all__ = ["MotoEndpoint", "create_runs_table"]
 
 REGION = "us-east-1"
 """The Region a request without a SigV4 credential scope is routed to."""
+
+
+def create_runs_table(ddb: Any, table: str, *, ttl: bool = False) -> None:
+    """Create ``table`` with the runs table's layout (``pk``/``sk`` strings, on demand; with ``ttl``, TTL
+    on ``expires_at``) through the DynamoDB client ``ddb``."""
+    ddb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    if ttl:
+        ddb.update_time_to_live(
+            TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"}
+        )
 
 
 class MotoEndpoint:

@@ -23,6 +23,8 @@ from durable_harness.aws import DynamoCheckpointStore, DynamoChunkLog
 from moto import mock_aws
 from moto.core.models import botocore_stubber
 
+from tests.motoserver import create_runs_table
+
 REGION = "us-east-1"
 TABLE = "harness-runs"
 BUCKET = "harness-chunks"
@@ -41,18 +43,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def ddb(aws: None) -> Any:
     """A DynamoDB client with the runs table created (pk/sk, on-demand, TTL on expires_at)."""
     client = boto3.client("dynamodb", region_name=REGION, config=FAST_RETRIES)
-    client.create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.update_time_to_live(
-        TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"}
-    )
+    create_runs_table(client, TABLE, ttl=True)
     return client
 
 

@@ -21,6 +21,7 @@ from durable_harness.storage.sqlite import SqliteCheckpointStore
 from moto import mock_aws
 
 from tests.aws.conftest import BUCKET, REGION, TABLE
+from tests.motoserver import create_runs_table
 
 BACKENDS = ("memory", "sqlite+files", "dynamodb+s3")
 
@@ -82,15 +83,7 @@ def aws_clients(max_attempts: int = 3) -> tuple[Any, Any]:
     ddb = boto3.client("dynamodb", region_name=REGION, config=config)
     s3 = boto3.client("s3", region_name=REGION, config=config)
     if TABLE not in ddb.list_tables()["TableNames"]:
-        ddb.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_runs_table(ddb, TABLE)
         s3.create_bucket(Bucket=BUCKET)
     return ddb, s3
 

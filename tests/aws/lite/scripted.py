@@ -91,6 +91,8 @@ class ScriptedServer:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
 
+            do_GET = do_PUT = do_DELETE = do_POST  # S3's methods
+
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"

@@ -15,6 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.aws.lite.conftest import REGION
+from tests.motoserver import create_runs_table
 
 A, B = "runs-boto3", "runs-lite"
 
@@ -24,15 +25,7 @@ def pair(make_lite: Callable[[str], Any]) -> tuple[Any, Any]:
     """(boto3 client, lite client), each with its own copy of the runs table."""
     ddb = boto3.client("dynamodb", region_name=REGION)
     for table in (A, B):
-        ddb.create_table(
-            TableName=table,
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_runs_table(ddb, table)
     return ddb, make_lite("dynamodb")
 
 

@@ -5,11 +5,10 @@ checksum, an error without a body); its parsing equals botocore's own parser on 
 from __future__ import annotations
 
 import base64
-import threading
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from unittest import mock
 from urllib.parse import parse_qsl, urlsplit
@@ -31,6 +30,7 @@ from durable_harness.aws.lite._transport import Credentials, Response
 from durable_harness.aws.lite.s3 import S3Client
 from moto import mock_aws
 
+from tests.aws.lite.scripted import Reply, ScriptedServer
 from tests.aws.lite.test_sigv4 import KEYS as SIGNING_KEYS
 from tests.aws.lite.test_sigv4 import NOW
 from tests.aws.signing import signed_for
@@ -206,44 +206,12 @@ def test_bad_arguments_are_refused_before_sending(clients: tuple[Any, S3Client])
 # --- a loopback server of the test's ------------------------------------------------------------
 
 
-class Scripted:
-    """A loopback HTTP server answering each request with the next of ``answers`` (status, headers,
-    body), recording what it got."""
-
-    def __init__(self, answers: list[tuple[int, dict[str, str], bytes]]) -> None:
-        self.answers = list(answers)
-        self.requests: list[tuple[str, str, bytes]] = []
-        scripted = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                scripted.requests.append((self.command, self.path, self.rfile.read(length) if length else b""))
-                status, headers, body = scripted.answers.pop(0)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_PUT = do_DELETE = _answer
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> Scripted:
-        threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+@contextmanager
+def scripted(answers: list[tuple[int, dict[str, str], bytes]]) -> Iterator[ScriptedServer]:
+    """A :class:`ScriptedServer` answering each request with the next of ``answers`` (status, headers, body)."""
+    with ScriptedServer() as server:
+        server.script = [Reply(status, headers, [body], chunked=False) for status, headers, body in answers]
+        yield server
 
 
 _SLOW_DOWN = (
@@ -254,19 +222,19 @@ _LISTING = b"<ListBucketResult><KeyCount>0</KeyCount><IsTruncated>false</IsTrunc
 
 def test_a_503_slow_down_is_retried_then_succeeds() -> None:
     ok = (200, {"etag": '"e"'}, b"")
-    with Scripted([(503, {"x-amz-request-id": "r"}, _SLOW_DOWN), ok]) as server:
+    with scripted([(503, {"x-amz-request-id": "r"}, _SLOW_DOWN), ok]) as server:
         result = _lite(server.url).put_object(Bucket=BUCKET, Key="k", Body=b"data")
     assert result["ETag"] == '"e"' and result["ResponseMetadata"]["RetryAttempts"] == 1
-    assert [r[2] for r in server.requests] == [b"data", b"data"]
+    assert [r.body for r in server.requests] == [b"data", b"data"]
 
 
 def test_an_error_inside_a_200_is_retried_like_a_500() -> None:
     cut_short: tuple[int, dict[str, str], bytes] = (200, {}, b"<ListBucketResult><Name>cut sh")
-    with Scripted([(200, {}, _SLOW_DOWN), cut_short, (200, {}, _LISTING)]) as server:
+    with scripted([(200, {}, _SLOW_DOWN), cut_short, (200, {}, _LISTING)]) as server:
         result = _lite(server.url).list_objects_v2(Bucket=BUCKET)
     assert result["KeyCount"] == 0 and result["ResponseMetadata"]["RetryAttempts"] == 2 and len(server.requests) == 3
 
-    with Scripted([(200, {}, _SLOW_DOWN)] * 5) as server:
+    with scripted([(200, {}, _SLOW_DOWN)] * 5) as server:
         failed = _error(lambda: _lite(server.url).list_objects_v2(Bucket=BUCKET))
     assert failed.response["Error"]["Code"] == "SlowDown" and failed.operation_name == "ListObjectsV2"
     assert failed.response["ResponseMetadata"]["HTTPStatusCode"] == 500  # what botocore makes of it
@@ -275,7 +243,7 @@ def test_an_error_inside_a_200_is_retried_like_a_500() -> None:
 
 def test_an_error_without_a_body_is_botocores() -> None:
     not_found = (404, {"x-amz-request-id": "r", "x-amz-id-2": "h"}, b"")
-    with Scripted([not_found, not_found]) as server:
+    with scripted([not_found, not_found]) as server:
         mine = _error(lambda: _lite(server.url).get_object(Bucket=BUCKET, Key="k"))
         theirs = _error(lambda: _boto(server.url).get_object(Bucket=BUCKET, Key="k"))
     assert mine.response["Error"] == theirs.response["Error"] == {"Code": "404", "Message": "Not Found"}
@@ -286,12 +254,12 @@ def test_an_error_without_a_body_is_botocores() -> None:
 def test_bytes_that_fail_their_checksum_are_read_again() -> None:
     sound = base64.b64encode(zlib.crc32(b"payload").to_bytes(4, "big")).decode()
     corrupt = (200, {"x-amz-checksum-crc32": sound}, b"paylaod")
-    with Scripted([corrupt, (200, {"x-amz-checksum-crc32": sound}, b"payload")]) as server:
+    with scripted([corrupt, (200, {"x-amz-checksum-crc32": sound}, b"payload")]) as server:
         got = _lite(server.url).get_object(Bucket=BUCKET, Key="k")
     assert got["Body"].read() == b"payload" and got["ResponseMetadata"]["RetryAttempts"] == 1
     assert got["ResponseMetadata"]["ChecksumAlgorithm"] == "crc32"
 
-    with Scripted([corrupt] * 6) as server:  # the last attempt's mismatch is botocore's error
+    with scripted([corrupt] * 6) as server:  # the last attempt's mismatch is botocore's error
         with pytest.raises(FlexibleChecksumError):
             _lite(server.url).get_object(Bucket=BUCKET, Key="k")
         assert len(server.requests) == 5

@@ -64,16 +64,16 @@ def client_config() -> Config:
     if _config is None:
         from botocore.config import Config
 
+        from .lite import _client as lite  # the settings, kept once for both kinds of client
+
         _config = Config(
             # Standard mode retries throttling, 5xx and connection errors with capped exponential
             # backoff and a retry quota. Adaptive mode would add client-side rate limiting that blocks
             # the calling thread, which a time-sliced Lambda would rather spend on a retry of the slice.
             # total_max_attempts counts the first attempt too (the dict's max_attempts counts retries).
-            retries={"mode": "standard", "total_max_attempts": 5},
-            connect_timeout=3,
-            # Above DynamoDB's and S3's latency for small items and segments by orders of magnitude, yet
-            # far below a slice's budget: a hung connection is retried instead of eating the slice.
-            read_timeout=10,
+            retries={"mode": "standard", "total_max_attempts": lite.MAX_ATTEMPTS},
+            connect_timeout=lite.CONNECT_TIMEOUT,
+            read_timeout=lite.READ_TIMEOUT,
             tcp_keepalive=True,
             max_pool_connections=32,  # the chunk log reads segments in parallel
         )

@@ -123,10 +123,12 @@ def default_client() -> Any:
 def _client_config() -> Any:
     from botocore.config import Config
 
+    from ..aws.lite import bedrock as lite  # the settings, kept once for both kinds of client
+
     return Config(
-        retries={"total_max_attempts": 1, "mode": "standard"},
-        connect_timeout=10,
-        read_timeout=600,
+        retries={"total_max_attempts": lite.MAX_ATTEMPTS, "mode": "standard"},
+        connect_timeout=lite.CONNECT_TIMEOUT,
+        read_timeout=lite.READ_TIMEOUT,
         user_agent_extra="durable-harness",
     )
 

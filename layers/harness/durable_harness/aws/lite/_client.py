@@ -27,7 +27,10 @@ from . import _transport
 from ._sigv4 import sign
 from ._transport import Credentials, Response
 
-__all__ = ["THROTTLING_CODES", "TRANSIENT_CODES", "LiteClient", "Response", "backoff"]
+__all__ = [
+    "CONNECT_TIMEOUT", "MAX_ATTEMPTS", "READ_TIMEOUT", "THROTTLING_CODES", "TRANSIENT_CODES", "LiteClient", "Response",
+    "backoff",
+]  # fmt: skip
 
 THROTTLING_CODES = frozenset(
     {
@@ -42,6 +45,14 @@ THROTTLING_CODES = frozenset(
 
 TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete"})
 """Error codes botocore's standard mode retries as transient (``TransientRetryableChecker``)."""
+
+CONNECT_TIMEOUT = 3.0
+READ_TIMEOUT = 10.0
+MAX_ATTEMPTS = 5
+"""The harness's AWS client settings: a lite client's defaults, and what ``aws/runtime.py``'s
+``CLIENT_CONFIG`` gives a botocore client (made from these, so that the two cannot drift apart).
+The read timeout is above DynamoDB's and S3's latency for small items and segments by orders of
+magnitude, yet far below a slice's budget: a hung connection is retried instead of eating the slice."""
 
 _TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
 _MAX_BACKOFF = 20.0
@@ -78,9 +89,9 @@ class LiteClient:
         credentials: Credentials,
         endpoint_url: str,
         signing_name: str,
-        connect_timeout: float = 3.0,
-        read_timeout: float = 10.0,
-        max_attempts: int = 5,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         self.region = region
         self.endpoint_url = endpoint_url.rstrip("/")

@@ -29,6 +29,9 @@ from ._eventstream import IncompleteMessage, Message, read_messages
 from ._transport import Credentials, Response
 
 __all__ = [
+    "CONNECT_TIMEOUT",
+    "MAX_ATTEMPTS",
+    "READ_TIMEOUT",
     "BedrockRuntimeClient",
     "EventStream",
     "ResponseParserError",
@@ -39,6 +42,12 @@ __all__ = [
 ]
 
 _OPERATION = "ConverseStream"
+
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 600.0
+MAX_ATTEMPTS = 1
+"""The model adapter's settings (``models/bedrock.py``, the one caller): a lite client's defaults,
+and what its botocore ``Config`` is made from."""
 
 
 class ResponseParserError(Exception):
@@ -68,9 +77,9 @@ class BedrockRuntimeClient(LiteClient):
         credentials: Credentials,
         endpoint_url: str,
         signing_name: str = "bedrock",
-        connect_timeout: float = 10.0,
-        read_timeout: float = 600.0,
-        max_attempts: int = 1,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         super().__init__(
             region=region,
