@@ -9,7 +9,7 @@ PORT ?= 8000
 # A second interpreter for the suite (the code supports 3.11 and 3.12); skipped if absent.
 PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(command -v python3.12); do "$$p" -c 'import sys' 2>/dev/null && echo "$$p" && break; done)
 
-.PHONY: dev chat web chromium test-browser test setup node-setup lint typecheck test-python test-python312 test-node clean
+.PHONY: dev chat web chromium test-browser test test-loaded setup node-setup lint typecheck test-python test-python312 test-node clean
 
 dev: setup web
 	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
@@ -19,6 +19,10 @@ chat: setup
 	$(PY) -m durable_harness chat --url http://$(HOST):$(PORT)
 
 test: setup node-setup lint typecheck test-python test-node test-browser deploy-checks test-python312
+
+# `make test` three times in a fresh clone while two busy loops load both cores (RUNS=N for more).
+test-loaded:
+	bash tests/loaded.sh $(or $(RUNS),3)
 
 setup: $(VENV)/.installed
 
