@@ -30,7 +30,9 @@ async def running_bridge(data_dir: Path, *args: str, **config: Any) -> AsyncIter
     """A bridge served in this event loop (over a real program subprocess), and a connection to it."""
     settings: dict[str, Any] = {"session_id": SESSION, "data_dir": data_dir, "secret": SECRET, **config}
     ready: asyncio.Future[Bridge] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(serve_bridge(BridgeConfig(command=[*PROGRAM, *args], **settings), ready=ready.set_result))
+    task = asyncio.create_task(
+        serve_bridge(BridgeConfig(command=[*PROGRAM, *args], **settings), ready=ready.set_result)
+    )
     bridge = await asyncio.wait_for(ready, 30)
     assert bridge.address is not None
     connection = BridgeConnection(f"http://127.0.0.1:{bridge.address[1]}", SECRET, SESSION)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from durable_harness.harness.bridge import SessionLostError
 from durable_harness.harness.bridge.app import SECRET_HEADER, SESSION_HEADER
 from durable_harness.harness.bridge.client import ProgramNotRunningError
 from durable_harness.harness.bridge.registry import read_record, session_dir
+
 from tests.harness.bridge_support import FINISH, SECRET, SESSION, collect, delta, running_bridge, wait_until
 
 
@@ -138,7 +138,9 @@ async def test_every_request_needs_the_session_secret(tmp_path: Path) -> None:
         (b'{"action": "attach", "bootId": "b", "cursor": 0, "deadlineSeconds": 7200}', 400, '"deadlineSeconds"'),
     ],
 )
-async def test_a_bad_command_is_a_400_that_says_what_to_fix(tmp_path: Path, body: bytes, status: int, says: str) -> None:
+async def test_a_bad_command_is_a_400_that_says_what_to_fix(
+    tmp_path: Path, body: bytes, status: int, says: str
+) -> None:
     async with running_bridge(tmp_path) as (_, bridge):
         response = await bridge.http.post(bridge.url + "/invocations", content=body, headers=bridge.headers)
         assert response.status_code == status
