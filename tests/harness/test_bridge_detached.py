@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import pytest
 from durable_harness.harness.bridge import find, find_or_start
+from durable_harness.harness.bridge.app import SECRET_HEADER, SESSION_HEADER
 from durable_harness.harness.bridge.registry import (
     BridgeRecord,
     clean_stale,
@@ -46,10 +49,13 @@ def dead(pid: int) -> bool:
 
 
 async def test_the_bridge_survives_the_death_of_the_process_that_started_it(tmp_path: Path) -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), SESSION, *PROGRAM], stdout=subprocess.PIPE)
+    # The parent leads a process group of its own, and the whole group is killed (as a supervisor or
+    # a Ctrl-C in a terminal does): the bridge, in a session of its own, is not in it.
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), SESSION, *PROGRAM], stdout=subprocess.PIPE,
+                              start_new_session=True)  # fmt: skip
     assert parent.stdout is not None
     started = json.loads(await asyncio.wait_for(asyncio.to_thread(parent.stdout.readline), 60))
-    parent.send_signal(signal.SIGKILL)
+    os.killpg(parent.pid, signal.SIGKILL)
     parent.wait(30)
     parent.stdout.close()
     bridge = find(tmp_path, SESSION)  # a new client (a restarted server) finds it through the registry
@@ -128,3 +134,53 @@ async def test_the_idle_timeout_ends_a_detached_bridge_and_its_program(tmp_path:
     assert bridge.pid is not None
     await wait_until(lambda: bridge.pid is not None and dead(bridge.pid) and dead(program))
     assert read_record(tmp_path, SESSION) is None
+
+
+async def test_a_detached_bridge_holds_no_kit_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOL_APPROVAL_SECRET", "kit-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kit-credentials")
+    bridge = await find_or_start(tmp_path, SESSION, PROGRAM, idle_seconds=120)
+    try:
+        assert bridge.pid is not None
+        environ = Path(f"/proc/{bridge.pid}/environ").read_bytes().split(b"\0")
+        names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
+        assert names <= {"PATH", "HOME", "LANG", "TZ", "PYTHONPATH"}
+        secret = bridge.headers[SECRET_HEADER].encode()
+        assert secret not in Path(f"/proc/{bridge.pid}/cmdline").read_bytes()  # it came on stdin
+        assert secret not in b"\0".join(environ)
+    finally:
+        await bridge.destroy()
+        await bridge.aclose()
+
+
+def test_a_local_bridge_refuses_to_run_without_a_secret(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "durable_harness.harness.bridge", "--session", SESSION, "--data", str(tmp_path)]
+    done = subprocess.run([*command, "--", *PROGRAM], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "needs a secret" in done.stderr
+
+
+async def test_in_agentcore_mode_the_bridge_adopts_the_invoked_session_and_ends_on_sigterm(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "durable_harness.harness.bridge", "--agentcore", "--host", "127.0.0.1",
+               "--port", "0", "--", *PROGRAM]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    try:
+        ready = json.loads(await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60))
+        url = f"http://127.0.0.1:{ready['port']}"
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(url + "/ping")).json()["status"] == "Healthy"  # no secret: IAM guards the invoke
+            headers = {SESSION_HEADER: SESSION}
+            start = await http.post(url + "/invocations", json={"action": "start"}, headers=headers)
+            program = start.json()["pid"]
+            status = await http.post(url + "/invocations", json={"action": "status"}, headers=headers)
+            assert status.json()["sessionId"] == SESSION
+            other = await http.post(url + "/invocations", json={"action": "status"}, headers={SESSION_HEADER: "x" * 40})
+            assert other.status_code == 400
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        await wait_until(lambda: dead(program))
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()

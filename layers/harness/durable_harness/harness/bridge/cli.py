@@ -103,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             secret, env = config_line.get("secret"), dict(config_line.get("env") or {})
         except (ValueError, AttributeError, TypeError):
             parser.error('--config-stdin: stdin must start with one JSON line {"secret": ..., "env": {...}}')
-        sys.stdin.close()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # the launcher has closed its end; fd 0 stays taken (not reused by accident)
+        os.close(devnull)
     if not secret and not args.agentcore:
         parser.error("a local bridge needs a secret (--config-stdin); only --agentcore runs without one")
     idle = args.idle_seconds if args.idle_seconds is not None else (None if args.agentcore else DEFAULT_IDLE_SECONDS)
