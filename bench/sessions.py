@@ -99,7 +99,7 @@ async def reattach_first_line(bridge: BridgeConnection, boot: str, cursor: int) 
     """Time (ms) from an attach's start to its first line; the cursor after it."""
     began = time.perf_counter()
     attachment = bridge.attach(boot, cursor, deadline_seconds=30)
-    async with contextlib.aclosing(attachment.__aiter__()) as lines:  # type: ignore[type-var]
+    async with contextlib.aclosing(attachment.__aiter__()) as lines:
         async for _ in lines:
             break
     return (time.perf_counter() - began) * 1000, attachment.cursor

@@ -1,9 +1,9 @@
 """A harness program for the bridge tests: it writes what its stdin lines tell it to.
 
 Each stdin line is a JSON object; the program writes its ``lines`` (objects as JSON, strings as
-they are), after ``after`` seconds if given (a step that takes that long), and with ``"env": true``
-its environment. ``destroy`` makes it exit 0 (noting it in the file ``--mark PATH``).
-``--ignore-destroy`` and ``--ignore-eof``: a program that does not end when told to.
+they are, ``{"rawHex": ...}`` as those bytes), after ``after`` seconds if given (a step that takes
+that long), and with ``"env": true`` its environment. ``destroy`` makes it exit 0 (noting it in
+the file ``--mark PATH``). ``--ignore-destroy`` and ``--ignore-eof``: a program that does not end when told to.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from pathlib import Path
 
 
 def write(out: object) -> None:
-    sys.stdout.write(out if isinstance(out, str) else json.dumps(out))
-    sys.stdout.write("\n")
+    if isinstance(out, dict) and "rawHex" in out:  # bytes as they are (e.g. not UTF-8)
+        sys.stdout.buffer.write(bytes.fromhex(out["rawHex"]) + b"\n")
+    else:
+        sys.stdout.write((out if isinstance(out, str) else json.dumps(out)) + "\n")
     sys.stdout.flush()
 
 

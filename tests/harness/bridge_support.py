@@ -48,7 +48,7 @@ async def running_bridge(data_dir: Path, *args: str, **config: Any) -> AsyncIter
 async def collect(attachment: Attachment, limit: int | None = None) -> list[NumberedLine]:
     """The lines of an attach (the first ``limit`` of them, then the stream is dropped)."""
     lines: list[NumberedLine] = []
-    async with contextlib.aclosing(attachment.__aiter__()) as stream:  # type: ignore[type-var]
+    async with contextlib.aclosing(attachment.__aiter__()) as stream:
         async for line in stream:
             lines.append(line)
             if limit is not None and len(lines) == limit:

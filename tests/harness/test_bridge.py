@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 from durable_harness.harness.bridge import SessionLostError
+from durable_harness.harness.bridge import log as log_module
+from durable_harness.harness.bridge import program as program_module
 from durable_harness.harness.bridge.app import SECRET_HEADER, SESSION_HEADER
 from durable_harness.harness.bridge.client import ProgramNotRunningError
 from durable_harness.harness.bridge.registry import read_record, session_dir
@@ -19,12 +21,13 @@ from tests.harness.bridge_support import FINISH, SECRET, SESSION, collect, delta
 
 
 async def test_lines_are_numbered_and_a_reattach_from_the_cursor_loses_and_repeats_nothing(tmp_path: Path) -> None:
-    async with running_bridge(tmp_path) as (_, bridge):
+    async with running_bridge(tmp_path) as (served, bridge):
         boot = await bridge.start()
         await bridge.send({"type": "start", "lines": [delta(0), delta(1), delta(2)]}, boot)
         first = bridge.attach(boot, 0, deadline_seconds=30)
         seen = await collect(first, limit=2)  # then the client drops the stream: a slice that ends
         assert [line.seq for line in seen] == [0, 1]
+        await wait_until(lambda: served.attached == 0)  # the bridge saw the client go
         await bridge.send({"type": "say", "lines": [delta(3), "not json", FINISH]}, boot)
         second = bridge.attach(boot, first.cursor, deadline_seconds=30)
         seen += await collect(second)
@@ -207,3 +210,22 @@ async def test_the_idle_timeout_ends_the_bridge_but_not_while_a_turn_runs(tmp_pa
         await asyncio.wait_for(served.stopped.wait(), 30)
         assert served.boot is not None and served.boot.exited.is_set()
         assert read_record(tmp_path, SESSION) is None
+
+
+async def test_lines_that_are_not_json_or_too_long_are_numbered_as_invalid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_module, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(program_module, "MAX_LINE_BYTES", 1000)
+    with_cr = '{"type":"text-delta",\r"id":"t","delta":"cr"}'
+    lines = ["x" * 200_000, {"rawHex": "ff7b7d"}, with_cr, "NaN", "[1, 2]", FINISH]
+    async with running_bridge(tmp_path) as (_, bridge):
+        boot = await bridge.start()
+        await bridge.send({"type": "start", "lines": lines}, boot)
+        seen = await collect(bridge.attach(boot, 0, 30))
+        assert [line.seq for line in seen] == list(range(6))
+        assert seen[0].invalid == "the line is longer than 1000 bytes"
+        assert seen[1].invalid == "it is not UTF-8"
+        assert seen[2].line == {"type": "text-delta", "id": "t", "delta": "cr"}  # (a CR would break SSE framing)
+        assert seen[3].invalid is not None and "not JSON" in seen[3].invalid
+        assert (seen[4].line, seen[5].line) == ([1, 2], FINISH)

@@ -107,6 +107,11 @@ class Bridge:
     # --- state ------------------------------------------------------------------------------------
 
     @property
+    def attached(self) -> int:
+        """How many attaches are streaming now."""
+        return self._attached
+
+    @property
     def busy(self) -> bool:
         """Whether a turn is running (``/ping`` answers ``HealthyBusy``)."""
         return self.boot is not None and self.boot.busy

@@ -18,7 +18,7 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,10 +82,18 @@ class Attachment:
         self.reason: str | None = None
         self.exit_code: int | None = None
 
-    def __aiter__(self) -> AsyncIterator[NumberedLine]:
+    def __aiter__(self) -> AsyncGenerator[NumberedLine, None]:
         return self._lines()
 
-    async def _lines(self) -> AsyncIterator[NumberedLine]:
+    async def _lines(self) -> AsyncGenerator[NumberedLine, None]:
+        try:
+            async with contextlib.aclosing(self._stream()) as stream:  # a break here closes the stream at once
+                async for line in stream:
+                    yield line
+        except httpx.HTTPError as exc:  # the lines received so far count: read on from self.cursor
+            raise BridgeError(f"the attach to {self.connection.url} broke off: {exc!r}") from exc
+
+    async def _stream(self) -> AsyncGenerator[NumberedLine, None]:
         command = {"action": "attach", "bootId": self.boot_id, "cursor": self.cursor,
                    "deadlineSeconds": self.deadline_seconds}  # fmt: skip
         timeout = httpx.Timeout(10.0, read=ATTACH_READ_TIMEOUT_SECONDS)
