@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from durable_harness.harness.bridge import find, find_or_start
+from durable_harness.harness.bridge import SessionLostError, find, find_or_start
 from durable_harness.harness.bridge.app import SECRET_HEADER, SESSION_HEADER
 from durable_harness.harness.bridge.registry import (
     BridgeRecord,
@@ -120,6 +120,8 @@ async def test_a_dead_bridge_is_replaced_and_the_program_it_left_behind_is_kille
         await wait_until(lambda: dead(program))  # ...until the stale record is cleaned
         assert replaced.pid != bridge.pid
         assert (await replaced.status())["bootId"] is None  # a new bridge: no boot yet, never the old one's
+        with pytest.raises(SessionLostError):  # so the old cursor is answered "session lost"
+            await collect(replaced.attach(boot, 0, deadline_seconds=5))
         assert await replaced.start() != boot
     finally:
         await replaced.destroy()
