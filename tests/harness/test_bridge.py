@@ -201,9 +201,10 @@ async def test_the_idle_timeout_ends_the_bridge_but_not_while_a_turn_runs(tmp_pa
     async with running_bridge(tmp_path, idle_seconds=0.3) as (served, bridge):
         boot = await bridge.start()
         # A step longer than the idle timeout, with no client attached: the turn keeps the bridge.
-        await bridge.send({"type": "start", "after": 1.0, "lines": [delta(0), FINISH]}, boot)
-        await wait_until(lambda: served.boot is not None and served.boot.log.count == 2)
+        await bridge.send({"type": "start", "after": 1.0, "lines": [delta(0)]}, boot)
+        await wait_until(lambda: served.boot is not None and served.boot.log.count == 1)
         assert not served.stopping
+        await bridge.send({"type": "say", "lines": [FINISH]}, boot)
         lines = await collect(bridge.attach(boot, 0, 30))
         assert [line.line for line in lines] == [delta(0), FINISH]
         # Then no turn and no client: it ends, with its program.
@@ -229,3 +230,22 @@ async def test_lines_that_are_not_json_or_too_long_are_numbered_as_invalid(
         assert seen[2].line == {"type": "text-delta", "id": "t", "delta": "cr"}  # (a CR would break SSE framing)
         assert seen[3].invalid is not None and "not JSON" in seen[3].invalid
         assert (seen[4].line, seen[5].line) == ([1, 2], FINISH)
+
+
+async def test_kill_ends_the_program_but_not_the_bridge(tmp_path: Path) -> None:
+    async with running_bridge(tmp_path, "--ignore-eof") as (served, bridge):
+        boot = await bridge.start()
+        await bridge.send({"type": "start", "lines": [delta(0)]}, boot)  # a turn that never ends by itself
+        assert [line.line for line in await collect(bridge.attach(boot, 0, 30), limit=1)] == [delta(0)]
+        await bridge.send({"type": "cancel"}, boot)  # (which this program ignores)
+        assert (await bridge.ping())["status"] == "HealthyBusy"
+        assert await bridge.kill(boot) == -signal.SIGKILL
+        assert (await bridge.ping())["status"] == "Healthy"
+        ended = bridge.attach(boot, 1, deadline_seconds=30)
+        assert await collect(ended) == []
+        assert (ended.reason, ended.exit_code, ended.cursor) == ("exit", -signal.SIGKILL, 1)
+        assert not served.stopping
+        again = await bridge.start()
+        assert again != boot
+        with pytest.raises(SessionLostError):
+            await bridge.kill(boot)

@@ -3,7 +3,7 @@
 ``GET /ping`` answers ``{"status": "Healthy"}`` or, while a turn runs, ``{"status": "HealthyBusy"}``,
 with ``time_of_last_update`` (Unix seconds) the time of the last *change* of that status.
 ``POST /invocations`` takes one JSON command (``action``: ``start``, ``send``, ``attach``,
-``status``, ``destroy``; see ``docs/harness.md``, "The session bridge"); ``attach`` answers a
+``status``, ``kill``, ``destroy``; see ``docs/harness.md``, "The session bridge"); ``attach`` answers a
 ``text/event-stream`` of frames, the others one JSON object. Every request must carry the
 session's secret (``X-Bridge-Secret``, compared in constant time; 401 otherwise) unless the bridge
 runs without one (in AgentCore, where IAM guards the invoke). A request whose
@@ -275,11 +275,24 @@ class Bridge:
             await self._attach(command, receive, send)
         elif action == "status":
             await _json(send, 200, self._status_answer())
+        elif action == "kill":
+            await _json(send, 200, await self._kill(command))
         elif action == "destroy":
             await _json(send, 200, {"status": "destroyed"})
             asyncio.get_running_loop().create_task(self.shutdown("destroy"))
         else:
-            raise BadRequest(400, '"action" must be one of "start", "send", "attach", "status", "destroy"')
+            raise BadRequest(400, '"action" must be one of "start", "send", "attach", "status", "kill", "destroy"')
+
+    async def _kill(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Kill the program's process group (a turn that ignored ``cancel``); the bridge stays, and
+        the next ``start`` is a new boot."""
+        boot_id, boot = command.get("bootId"), self.boot
+        if boot_id is not None and (boot is None or boot.boot_id != boot_id):
+            return self._lost(boot_id)
+        if boot is None:
+            return {"status": "not-running", "bootId": None, "exitCode": None}
+        await boot.kill()
+        return {"status": "killed", "bootId": boot.boot_id, "exitCode": boot.exit_code}
 
     def _status_answer(self) -> dict[str, Any]:
         boot = self.boot

@@ -4,7 +4,7 @@
 (detached: its own session and process group, so it outlives this process) when the registry
 names none alive; stale records are cleaned on the way. A connection speaks the commands of
 :mod:`.app`: ``start()`` (a boot id), ``send(line)``, ``attach(boot_id, cursor, deadline)`` (an
-async iterator of :class:`NumberedLine`), ``status()``, ``ping()`` and ``destroy()``. A boot id
+async iterator of :class:`NumberedLine`), ``status()``, ``ping()``, ``kill()`` and ``destroy()``. A boot id
 that is no longer the bridge's raises :class:`SessionLostError`.
 """
 
@@ -176,6 +176,15 @@ class BridgeConnection:
         """The lines of boot ``boot_id`` from ``cursor`` as they come, until the deadline, the end
         of the turn or the program's exit."""
         return Attachment(self, boot_id, cursor, deadline_seconds)
+
+    async def kill(self, boot_id: str | None = None) -> int | None:
+        """Kill the program (boot ``boot_id`` only, when given); its exit code. The bridge stays:
+        the next ``start()`` is a new boot."""
+        command: dict[str, Any] = {"action": "kill"}
+        if boot_id is not None:
+            command["bootId"] = boot_id
+        answer = await self.command(command)
+        return answer.get("exitCode")
 
     async def destroy(self) -> None:
         """End the session: the program gets ``destroy`` (then a kill after the grace), the bridge
