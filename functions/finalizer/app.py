@@ -42,6 +42,7 @@ GENERIC_MESSAGES = {
     "Runtime.ExitError": "The run failed: its worker stopped unexpectedly.",
     "Lambda.Unknown": "The run failed: its worker stopped unexpectedly (a timeout or out of memory).",
     "Runtime.OutOfMemory": "The run failed: its worker ran out of memory.",
+    "OtherAgentError": "The run failed: another agent started it, and the stack's Agent parameter has changed since.",
 }
 DEFAULT_MESSAGE = "The run failed because of an internal error."
 MAX_LOGGED_CAUSE = 4000
