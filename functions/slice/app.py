@@ -32,7 +32,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from durable_harness.aws.events import announce_slice
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.aws.tracing import capture_lambda_handler
-from durable_harness.cli import DEFAULT_AGENT, load_agent
+from durable_harness.cli import agent_spec, load_agent
 from durable_harness.errors import FencedError, RetryableError
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState
@@ -52,9 +52,10 @@ class RetryableSliceError(Exception):
 def _runtime() -> tuple[AwsRuntime, Runner]:
     """The AWS adapters and the runner, built once per container on first use."""
     runtime = build_runtime()
-    agent = load_agent(os.environ.get("AGENT", DEFAULT_AGENT))
+    spec = agent_spec()
+    agent = load_agent(spec)
     flush = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.07"))  # one DynamoDB write per flush
-    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=flush)
+    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=flush, agent_id=spec)
 
 
 def slice_budget(context: LambdaContext | None) -> float:

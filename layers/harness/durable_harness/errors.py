@@ -142,3 +142,18 @@ class InvalidRequestError(FatalError):
         super().__init__(message)
         self.code = code
         self.status = status
+
+
+class OtherAgentError(InvalidRequestError):
+    """The run belongs to another agent than this process's (its ``AGENT``): only a server of that
+    agent drives it, continues it or answers its approvals (a 409); any server reads it."""
+
+    def __init__(self, run_id: str, agent: str, mine: str) -> None:
+        super().__init__(
+            f"Run {run_id} belongs to the agent {agent!r}, and this server runs {mine!r}: continue it "
+            f"(or answer its approvals) on a server started with AGENT={agent}.",
+            code="other_agent",
+            status=409,
+        )
+        self.run_id = run_id
+        self.agent = agent

@@ -222,6 +222,11 @@ ACTIVE_STATUSES: tuple[str, ...] = ("not_started", "ready_for_next_step")
 """Checkpoint statuses of a run that still needs slices (neither terminal nor paused for approval)."""
 
 
+AGENT_META = "agent"
+"""The key of a run's agent in its record's ``meta`` (``checkpoint_of`` copies it out of the state),
+so that the local orchestrator tells its own runs from the run leases alone (``Lease.agent``)."""
+
+
 @dataclass(frozen=True)
 class Lease:
     """Who drives a run until when (local mode, decision D13); ``owner`` None: nobody does."""
@@ -230,6 +235,9 @@ class Lease:
     owner: str | None
     expires_at: float = 0.0
     """Wall-clock seconds (``time.time()``): processes sharing a data folder share no other clock."""
+    agent: str | None = None
+    """The run's agent (``RunState.agent``, kept in its record's ``meta``): an orchestrator drives
+    only its own agent's runs."""
 
 
 @runtime_checkable
@@ -258,5 +266,5 @@ class RunLeases(Protocol):
 
     def lease_candidates(self, limit: int = 1000) -> list[Lease]:
         """Runs that may need a driver: every run that is neither terminal nor paused, and every run
-        with a lease, each with its lease (``owner`` None when it has none)."""
+        with a lease, each with its lease (``owner`` None when it has none) and its agent."""
         ...

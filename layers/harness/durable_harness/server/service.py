@@ -223,6 +223,7 @@ class ChatService:
             "runId": state.run_id,
             "status": state.status,
             "origin": state.origin,
+            "agent": state.agent,
             "chatId": state.chat_id,
             "messageId": state.message_id,
             "createdAt": state.created_at,

@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from ..errors import CorruptCheckpointError, FencedError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import ACTIVE_STATUSES, Checkpoint, Lease, RunSummary
+from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, RunSummary
 from ._private import make_private_dirs, touch_private
 from .records import Folded, fold, plan_create, plan_save
 
@@ -84,6 +84,12 @@ _NEXT_SEQ = "(SELECT COALESCE(MAX(write_seq), 0) + 1 FROM runs)"
 def _now() -> str:
     # Fixed-width ISO text sorts chronologically as a string and reads well in the sqlite3 shell.
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _meta_agent(meta: str | None) -> str | None:
+    """The agent a record's ``meta`` names (``RunState.agent``), if any."""
+    agent = json.loads(meta).get(AGENT_META) if meta else None
+    return agent if isinstance(agent, str) and agent else None
 
 
 def _meta_json(meta: dict[str, str]) -> str:
@@ -259,16 +265,17 @@ class SqliteCheckpointStore:
             conn.execute("DELETE FROM leases WHERE run_id = ? AND owner = ?", (run_id, owner))
 
     def lease_candidates(self, limit: int = 1000) -> list[Lease]:
-        """Every run neither terminal nor paused, and every leased run, with its lease."""
+        """Every run neither terminal nor paused, and every leased run, with its lease and agent."""
         marks = ", ".join("?" for _ in ACTIVE_STATUSES)
         with self._guard() as conn:
             rows = conn.execute(
-                "SELECT r.run_id, l.owner, l.expires_at FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id"
+                "SELECT r.run_id, l.owner, l.expires_at, r.meta FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id"
                 f" WHERE r.status IN ({marks})"
-                " UNION SELECT run_id, owner, expires_at FROM leases ORDER BY 3 LIMIT ?",
+                " UNION SELECT l.run_id, l.owner, l.expires_at, r.meta FROM leases l"
+                " LEFT JOIN runs r ON r.run_id = l.run_id ORDER BY 3 LIMIT ?",
                 (*ACTIVE_STATUSES, max(limit, 0)),
             ).fetchall()
-        return [Lease(run_id, owner, float(expires or 0.0)) for run_id, owner, expires in rows]
+        return [Lease(run_id, owner, float(expires or 0.0), _meta_agent(meta)) for run_id, owner, expires, meta in rows]
 
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""

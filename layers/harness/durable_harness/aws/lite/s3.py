@@ -28,7 +28,7 @@ import re
 import threading
 import zlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 from urllib.parse import quote, urlsplit
 
 from botocore.exceptions import ClientError, FlexibleChecksumError, ParamValidationError
@@ -94,6 +94,10 @@ class S3Client(LiteClient):
     """
 
     _s3_signing = True
+    # An object is read whole, inside its attempt (StreamingBody): the harness's objects are chunk
+    # log segments (sealed at a few MB) and checkpoints, far below; a listing page (1000 keys of
+    # 1 KB at most) stays under the default.
+    _body_limits: ClassVar[dict[str, int]] = {"GetObject": 256 * 1024 * 1024}
 
     def __init__(self, *, virtual_hosted: bool | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("signing_name", "s3")
