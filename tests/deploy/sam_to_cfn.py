@@ -85,10 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sam", action="store_true", help="print the SAM template with those defaults")
     args = parser.parse_args(argv)
     values = json.loads(Path(args.parameters).read_text()) if args.parameters else None
-    if args.sam:
-        out = load_sam(args.template, values)
-    else:
-        out = sam_to_cfn(args.template, args.region, values)
+    out = load_sam(args.template, values) if args.sam else sam_to_cfn(args.template, args.region, values)
     json.dump(out, sys.stdout, indent=1, sort_keys=False)
     sys.stdout.write("\n")
 

@@ -466,7 +466,7 @@ ISSUE_22_PARAMETERS = {
 def test_make_deploy_checks_lints_every_new_parameter_at_a_value_other_than_its_default() -> None:
     # `make deploy-checks` runs sam validate --lint and cfn-lint on the template with these values as
     # its defaults (tests/deploy/sam_to_cfn.py --parameters); here: they are real, valid choices.
-    assert ISSUE_22_PARAMETERS <= set(NONDEFAULT)
+    assert set(NONDEFAULT) >= ISSUE_22_PARAMETERS
     for name, value in NONDEFAULT.items():
         spec = TEMPLATE["Parameters"][name]
         assert value != str(spec.get("Default")), name
@@ -568,7 +568,8 @@ def test_the_finalizer_retries_a_throttle_for_minutes_then_ends_the_run_without_
     finalize = states["Finalize"]
     [throttle] = [r for r in finalize["Retry"] if "Lambda.TooManyRequestsException" in r["ErrorEquals"]]
     _assert_retries_a_throttle_for_minutes(throttle)
-    assert finalize["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.finalizer", "Next": "EndWithoutLambda"}]
+    catch = {"ErrorEquals": ["States.ALL"], "ResultPath": "$.finalizer", "Next": "EndWithoutLambda"}
+    assert finalize["Catch"] == [catch]
     # Every state of that path is a DynamoDB call of the state machine itself, a Pass or a Choice.
     path = ["EndWithoutLambda", "FindLogEnd", "AppendErrorAndFinish"]
     assert [states[s]["Resource"] for s in path] == [
