@@ -91,6 +91,7 @@ clean:
 #                                (needs python3.12 on PATH; pip's download cache is reused)
 SAM_VENV ?= .venv-sam
 SAM_ENV := SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1
+NONDEFAULT := tests/deploy/nondefault-parameters.json
 
 .PHONY: deploy-checks sam-setup bench
 
@@ -109,6 +110,12 @@ deploy-checks: sam-setup web
 	@mkdir -p .aws-sam
 	$(SAM_ENV) $(SAM_VENV)/bin/python tests/deploy/sam_to_cfn.py template.yaml > .aws-sam/template.cfn.json
 	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint --format parseable .aws-sam/template.cfn.json
+	@# Again with every parameter of tests/deploy/nondefault-parameters.json as the default (reserved
+	@# concurrency, warm throughput, heartbeats, full secret ARNs, ...): the template as deployed with them.
+	$(SAM_ENV) $(SAM_VENV)/bin/python tests/deploy/sam_to_cfn.py --sam --parameters $(NONDEFAULT) template.yaml > template.nondefault.json
+	$(SAM_ENV) $(SAM_VENV)/bin/sam validate --lint --template template.nondefault.json; status=$$?; rm -f template.nondefault.json; exit $$status
+	$(SAM_ENV) $(SAM_VENV)/bin/python tests/deploy/sam_to_cfn.py --parameters $(NONDEFAULT) template.yaml > .aws-sam/template.nondefault.cfn.json
+	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint --format parseable .aws-sam/template.nondefault.cfn.json
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
 	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache
 

@@ -57,7 +57,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -74,6 +74,7 @@ from moto.secretsmanager.models import secretsmanager_backends
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_aws_sdk,
+    state_task_service_dynamodb,
     state_task_service_lambda,
     state_task_service_sfn,
 )
@@ -195,19 +196,23 @@ def repair_errors_after_stop() -> Any:
 
 
 def attribute_sdk_tasks() -> Any:
-    """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) so that the calls it makes
-    are recorded as the state machine's (its role's policies are what IAM holds them against)."""
-    service = state_task_service_aws_sdk.StateTaskServiceAwsSdk
-    original = service._eval_service_task
+    """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) and its optimized DynamoDB
+    integration (``arn:aws:states:::dynamodb:...``) so that the calls they make are recorded as the
+    state machine's (its role's policies are what IAM holds them against)."""
+    patches = ExitStack()
+    services = (state_task_service_aws_sdk.StateTaskServiceAwsSdk, state_task_service_dynamodb.StateTaskServiceDynamoDB)
+    for service in services:
+        original = service._eval_service_task
 
-    def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        token = ACTOR.set("RunStateMachine")
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            ACTOR.reset(token)
+        def evaluate(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            token = ACTOR.set("RunStateMachine")
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                ACTOR.reset(token)
 
-    return mock.patch.object(service, "_eval_service_task", evaluate)
+        patches.enter_context(mock.patch.object(service, "_eval_service_task", evaluate))
+    return patches
 
 
 class SandboxKilled(Exception):
@@ -245,9 +250,13 @@ class MotoStack:
         *,
         secrets: Mapping[str, tuple[str, str]] | None = None,
         stack_name: str = STACK_NAME,
+        definition_edit: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """``secrets`` maps a parameter to ``(name, value)``: a secret created before the stack,
-        whose ARN becomes the parameter's value."""
+        whose ARN becomes the parameter's value. ``definition_edit`` changes the parsed state
+        machine definition before it is created (a test shortens retries that would wait minutes:
+        moto sleeps them in real time)."""
+        self.definition_edit = definition_edit
         self.template = load_template()
         self.secrets = dict(secrets or {})
         self.stack_name = stack_name
@@ -256,9 +265,16 @@ class MotoStack:
         self.by_name: dict[str, DeployedFunction] = {}
         self.calls: list[Call] = []
         self.invocations: list[Invocation] = []
+        self.refused: list[tuple[str, str]] = []
+        """``(function, error code)`` of every invocation an injected fault refused."""
         self.state_machine_arn = ""
         self.rule_pattern: dict[str, Any] = {}
         self.lambda_targets = LambdaTargets()
+        self.invoke_faults: dict[str, list[str]] = {}
+        """Per function: error codes its next synchronous invocations (the state machine's
+        lambda:invoke tasks) fail with, as Lambda's answer to ``Invoke`` (a throttle: the handler
+        never runs), one per invocation; ``""`` lets one through; a code ending in ``*`` stays
+        (every later one fails)."""
         self.async_invoke_faults: dict[str, list[str]] = {}
         """Per function: error codes its next asynchronous invocations fail with (Lambda's answer
         to the ``Invoke`` call itself, e.g. a throttle), one per invocation."""
@@ -413,6 +429,10 @@ class MotoStack:
         sm = resources["RunStateMachine"]["Properties"]
         substitutions = {k: str(v) for k, v in r.resolve(sm["DefinitionSubstitutions"]).items()}
         definition = re.sub(r"\$\{(\w+)\}", lambda m: substitutions[m.group(1)], ASL_PATH.read_text())
+        if self.definition_edit is not None:
+            parsed = json.loads(definition)
+            self.definition_edit(parsed)
+            definition = json.dumps(parsed)
         self.state_machine_name = r.resolve(sm["Name"])
         self.state_machine_policies = r.resolve(sm["Policies"])
         self.state_machine_arn = self.client("stepfunctions").create_state_machine(
@@ -468,6 +488,12 @@ class MotoStack:
         if faults and str(request_headers.get("x-amz-invocation-type")) == "Event":
             code = faults.pop(0)  # Lambda refused the invocation itself: the handler never runs
             raise LambdaClientError(code, f"simulated {code} from Lambda's Invoke API")
+        faults = self.invoke_faults.get(fn.logical_id)
+        if faults and str(request_headers.get("x-amz-invocation-type")) != "Event":
+            code = faults[0].rstrip("*") if faults[0].endswith("*") else faults.pop(0)
+            if code:  # "" lets one invocation through
+                self.refused.append((fn.logical_id, code))
+                raise LambdaClientError(code, f"simulated {code} from Lambda's Invoke API")
         event = json.loads(body) if body else {}
         context = FakeLambdaContext(
             function_name=fn.name, invoked_function_arn=fn.arn, timeout_s=fn.timeout, memory_limit_in_mb=fn.memory
@@ -585,8 +611,11 @@ class MotoStack:
             faults = stack.api_faults.get((actor or "", operation_name))
             if faults:
                 code = faults[0].rstrip("*") if faults[0].endswith("*") else faults.pop(0)
-                error = {"Error": {"Code": code, "Message": f"simulated {code}"}, "ResponseMetadata": {}}
-                raise botocore.exceptions.ClientError(error, operation_name)  # type: ignore[arg-type]
+                metadata = {"HTTPStatusCode": 400, "RequestId": "simulated"}  # what moto's integrations read
+                error = {"Error": {"Code": code, "Message": f"simulated {code}"}, "ResponseMetadata": metadata}
+                # The service's modeled exception where it has one (as botocore raises it): Step
+                # Functions' AWS SDK integration names the error after its class.
+                raise client.exceptions.from_code(code)(error, operation_name)
             return original(client, operation_name, api_params)
 
         return recording

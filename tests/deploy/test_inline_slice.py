@@ -118,11 +118,18 @@ async def test_a_turn_longer_than_the_chat_functions_slice_goes_on_in_the_slice_
     assert dict(agents.CONTROL.model_calls) == {0: 1, 1: 1, 2: 1}
 
 
+def short_heartbeat(stack: MotoStack) -> None:
+    """A 1 s heartbeat timeout (beats every third of it), below the template's bounds, for speed."""
+    env = stack.functions["ChatFunction"].env
+    env["INLINE_HEARTBEAT_SECONDS"] = "1"
+    env.pop("INLINE_HEARTBEAT_INTERVAL")
+
+
 @pytest.mark.stack_parameters(**IN_ONE_SLICE)
 async def test_a_chat_function_that_dies_mid_slice_is_taken_over_by_the_slice_function(
     stack: MotoStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stack.functions["ChatFunction"].env["INLINE_HEARTBEAT_SECONDS"] = "1"
+    short_heartbeat(stack)
     # Dead: step 2 streams a part of itself, then the function neither writes nor heartbeats.
     monkeypatch.setattr(StepFunctionsHandover, "heartbeat", lambda self, run_id: True)
     agents.CONTROL.gate, agents.CONTROL.hang = threading.Event(), "ChatFunction"
@@ -211,7 +218,7 @@ async def test_a_cancel_during_the_in_process_slice_ends_the_run_once(stack: Mot
     # moto ends a stopped execution only once its callback task stops waiting, at the next heartbeat
     # or its timeout (AWS stops it at once; see stack.repair_errors_after_stop): a short heartbeat
     # keeps that quick.
-    stack.functions["ChatFunction"].env["INLINE_HEARTBEAT_SECONDS"] = "1"
+    short_heartbeat(stack)
     agents.CONTROL.gate = gate = threading.Event()
     post, response, _ = await started_post(chat_app(stack))
     run_id = response.headers["x-workflow-run-id"]

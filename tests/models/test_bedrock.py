@@ -633,6 +633,54 @@ async def test_http_403_access_denied_is_not_retryable_and_leaks_no_secret() -> 
 
 
 @pytest.mark.parametrize(
+    ("status", "error_type", "message", "advice"),
+    [
+        (  # the first call of a third-party model: the subscription needs Marketplace permissions
+            403,
+            "AccessDeniedException",
+            "Model access is denied due to IAM user or service role is not authorized to perform the required AWS "
+            "Marketplace actions (aws-marketplace:ViewSubscriptions, aws-marketplace:Subscribe) to enable access to "
+            "this model. Refer to the Amazon Bedrock User Guide for further details. Your AWS Marketplace "
+            "subscription for this model cannot be completed at this time. If you recently fixed this issue, try "
+            "again after 15 minutes.",
+            "payment method for Marketplace purchases",
+        ),
+        (  # Anthropic's one-time form
+            404,
+            "ResourceNotFoundException",
+            "Model use case details have not been submitted for this account. Fill out the Anthropic use case "
+            "details form before using the model. If you have already filled out the form, try again in 15 minutes.",
+            "Submit it in the Amazon Bedrock console",
+        ),
+        (
+            403,
+            "AccessDeniedException",
+            "User: arn:aws:sts::123456789012:assumed-role/agent-fn/agent-fn is not authorized to perform: "
+            "bedrock:InvokeModelWithResponseStream on resource: arn:aws:bedrock:us-east-1::foundation-model/x",
+            "Check the ModelId parameter",
+        ),
+        (
+            403,
+            "AccessDeniedException",
+            "You don't have access to the model with the specified model ID.",
+            "no access to the model in this Region",
+        ),
+    ],
+)
+async def test_a_refused_model_call_says_what_to_do_and_not_who_called(
+    status: int, error_type: str, message: str, advice: str
+) -> None:
+    model, _ = model_for(failed(status, error_type, message))
+    _, error = await collect_until_error(model, hello())
+    assert not error.retryable and error.status_code == status
+    text = str(error)
+    assert text.startswith(f"Bedrock {error_type}: Bedrock refused the model call: ") and advice in text
+    assert "README, Model access" in text
+    # The account, role and session the refused message named stay out of the client's error chunk.
+    assert "123456789012" not in text and "assumed-role" not in text and SECRET_KEY not in text
+
+
+@pytest.mark.parametrize(
     ("status", "error_type", "message"),
     [
         (429, "ThrottlingException", "Too many requests, please wait before trying again."),

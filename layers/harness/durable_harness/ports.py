@@ -197,8 +197,11 @@ class SliceHandover(Protocol):
     slice of its own), or ``fail`` makes it take over at once.
     """
 
-    heartbeat_seconds: float
-    """The longest the driver waits for a heartbeat before it takes the run over."""
+    @property
+    def heartbeat_seconds(self) -> float:
+        """Three times the interval of the process's heartbeats (read once per slice; it may be
+        jittered): the driver waits at least this long for one before it takes the run over."""
+        ...
 
     def start(self, run_id: str) -> None:
         """Start driving the run, waiting for the in-process slice first. Idempotent."""

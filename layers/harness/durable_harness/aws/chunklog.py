@@ -4,9 +4,10 @@ Layout (keys in :mod:`._logitems`, S3 objects in :mod:`._logseal`). An append (o
 flush) is one item in the runs table, next to the run record: ``pk=<run_id>,
 sk="c#<gen>#<start>"`` with ``n`` (chunks), ``e`` (the writer's epoch), ``w`` (a random id of the
 write), ``t`` (when it was sent, epoch ms), ``d`` (the chunks, one per line; zlib-compressed as
-binary when smaller) and ``expires_at``. An append over ``spill_bytes`` goes to an S3 object first
-and its item holds the key ``k`` instead: the item stays the commit point. The log's count is the
-end of its last item; items are contiguous.
+binary when smaller), ``x`` (the key of the append after it: where the state machine's failure
+path appends ``error`` and ``finish`` when no Lambda can run) and ``expires_at``. An append over
+``spill_bytes`` goes to an S3 object first and its item holds the key ``k`` instead: the item
+stays the commit point. The log's count is the end of its last item; items are contiguous.
 
 Incarnations. ``<gen>`` names the incarnation of the run id: the run record's creation writes the
 empty log of its generation (the segment index ``c#<gen>#~``, sealed 0) in the same transaction,
@@ -146,6 +147,8 @@ class DynamoChunkLog:
         self._writers: dict[str, _Writer] = {}
         # Runs whose incarnation this process just created, with its (empty) log: see note_fresh.
         self._fresh: OrderedDict[str, str] = OrderedDict()
+        # Runs whose last append had to be retried (throttled, or failed and sent again): see retried.
+        self._retried: set[str] = set()
 
     # --- the port ----------------------------------------------------------------------------------
 
@@ -246,6 +249,12 @@ class DynamoChunkLog:
         """
         return self._r.cadence.next_commit(run_id)
 
+    def retried(self, run_id: str) -> bool:
+        """Whether the run's last append by this object had to be retried: DynamoDB throttled it
+        (or failed and the client asked again). The chunk writer backs off its pace on it."""
+        with self._lock:
+            return run_id in self._retried
+
     def close(self) -> None:
         """Stop the reader's worker threads (a later read starts them again)."""
         self._r.close()
@@ -292,12 +301,15 @@ class DynamoChunkLog:
         }
         if data is not None:
             item.update(data[1])
+        # The key of the append after this one: the state machine's failure path without Lambda
+        # (EndWithoutLambda) appends error and finish there, and ASL cannot format 13 digits.
+        item["x"] = {"S": chunk_key(gen, start + (data[0] if data else 0))}
         item["t"] = {"N": str(int(self._clock() * 1000))}  # lets followers learn the flush cadence
         expires_at = self._expiry()
         if expires_at is not None:
             item["expires_at"] = {"N": str(expires_at)}
         try:
-            self._ddb.put_item(
+            response = self._ddb.put_item(
                 TableName=self._table,
                 Item=item,
                 ConditionExpression=_CONDITION,
@@ -305,7 +317,9 @@ class DynamoChunkLog:
                 ExpressionAttributeValues={":zero": {"N": "0"}, ":e": {"N": str(epoch)}},
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
+            self._note_retries(run_id, response)
         except ClientError as exc:
+            self._note_retries(run_id, exc.response)
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
             old = error_item(exc)
@@ -316,6 +330,16 @@ class DynamoChunkLog:
         except BotoCoreError as exc:
             raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
         return None
+
+    def _note_retries(self, run_id: str, response: Any) -> None:
+        retries = (response.get("ResponseMetadata") or {}).get("RetryAttempts") if isinstance(response, dict) else None
+        with self._lock:
+            if isinstance(retries, int) and retries > 0:
+                if len(self._retried) >= _FRESH_RUNS * 16:  # runs that ended strained: forget them
+                    self._retried.clear()
+                self._retried.add(run_id)
+            else:
+                self._retried.discard(run_id)
 
     def _seal_quietly(self, run_id: str, writer: _Writer) -> None:
         """Seal the writer's unsealed tail; a failure is logged (the items still hold it)."""

@@ -54,6 +54,7 @@ from .state import (
     checkpoint_of,
     foreign,
     pending_json,
+    state_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ class Runner:
         """Cancel a run paused for approval (its log already ends with ``finish``; only the state
         changes). Conditional: FencedError if the run changed meanwhile."""
         cp = self.store.load(run_id)
-        state = RunState.model_validate_json(cp.state)
+        state = state_of(cp)
         if state.status != "awaiting_tool_approval" or state.continued_by is not None:
             raise FencedError(f"run {run_id} is not a paused run ({state.status})")
         state.status = "cancelled"
@@ -174,7 +175,7 @@ class Runner:
 
     def load(self, run_id: str) -> RunState:
         """The run's state as last checkpointed."""
-        return RunState.model_validate_json(self.store.load(run_id).state)
+        return state_of(self.store.load(run_id))
 
     async def run_slice(self, run_id: str, *, budget_seconds: float | None = None) -> RunState:
         """Run one time slice; ``budget_seconds=None`` runs until the turn pauses or ends."""
@@ -282,7 +283,7 @@ class Runner:
         """
         for _ in range(10):
             cp = await asyncio.to_thread(self.store.load, run_id)
-            state = RunState.model_validate_json(cp.state)
+            state = state_of(cp)
             if state.terminal:
                 await self._complete_tail(cp, state)
                 return state
@@ -341,7 +342,7 @@ class Runner:
         """Load the run and, unless it is terminal (count ``None``), claim it and open its log:
         one trip to a worker thread for the three storage calls a slice starts with."""
         cp = self.store.load(run_id)
-        state = RunState.model_validate_json(cp.state)
+        state = state_of(cp)
         check_agent(state, self.agent_id)  # another agent's run: not this harness's to drive
         if state.terminal:
             return cp, state, None

@@ -137,6 +137,24 @@ def check_agent(state: RunState, agent_id: str | None) -> None:
         raise OtherAgentError(state.run_id, state.agent, agent_id)
 
 
+ENDED_WITHOUT_LAMBDA = "The run failed because of an internal error (its worker could not be started)."
+"""The error of a run the state machine ended itself (statemachine/run.asl.json, EndWithoutLambda)."""
+
+
+def state_of(cp: Checkpoint) -> RunState:
+    """The run state a checkpoint holds, with its record's ``failed`` status winning.
+
+    The state machine's failure path without Lambda (``EndWithoutLambda``) can write the record's
+    status, counters and the log's ``error`` and ``finish``, but not the state inside the record:
+    such a run is failed, and its log already ends (``chunk_count`` stays below the log's count,
+    so nothing repairs its tail again).
+    """
+    state = RunState.model_validate_json(cp.state)
+    if cp.status == "failed" and not state.terminal:
+        state.status, state.error = "failed", state.error or ENDED_WITHOUT_LAMBDA
+    return state
+
+
 def pending_json(state: RunState) -> list[dict[str, Any]]:
     """The approvals a paused run waits for, as the run API shows them."""
     pending = []
