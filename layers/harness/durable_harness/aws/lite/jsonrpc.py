@@ -143,6 +143,7 @@ class SecretsManagerClient(JsonClient):
 
     _target_prefix = "secretsmanager"
     _json_version = "1.1"
+    _body_limits: ClassVar[dict[str, int]] = {"GetSecretValue": 1024 * 1024}  # a secret is 64 KiB at most
 
     def get_secret_value(self, **kwargs: Any) -> dict[str, Any]:
         """``GetSecretValue``: ``SecretString`` or ``SecretBinary`` (bytes), ``ARN``, ``Name`` ..."""
