@@ -30,13 +30,15 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
     if not env.get("RUNS_TABLE"):
         from durable_harness.server.local import build_local_kit  # SQLite and files: not loaded when deployed
 
-        return build_local_kit(
+        kit = build_local_kit(
             agent,
             env.get("DATA_DIR", "/tmp/durable-harness"),
             slice_seconds=float(env.get("SLICE_SECONDS", "600")),
             authenticator=authenticator_from_env(env, default_mode="none", local=True),
             agent_id=spec,
-        ).app
+        )
+        kit.runner.approval_secret.check()  # a secret under 32 bytes stops the start, not an approval
+        return kit.app
 
     from durable_harness.aws.events import announce_slice
     from durable_harness.aws.runtime import build_runtime
@@ -49,6 +51,7 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
     signal = CommitSignal()  # the commits of the first slices this function runs itself
     flush = float(env.get("STREAM_FLUSH_SECONDS", "0.07"))
     runner = Runner(agent, runtime.store, runtime.log, flush_interval=flush, on_commit=signal.notify, agent_id=spec)
+    runner.approval_secret.check()  # read now: a secret under 32 bytes fails the function's start-up
     # A run written elsewhere (by the slice function) is followed by reading the log's new items
     # with one Query when the writer's next flush is due, or every 50 ms until it knows, backing
     # off to 1 s while the run is quiet.

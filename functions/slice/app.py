@@ -55,7 +55,9 @@ def _runtime() -> tuple[AwsRuntime, Runner]:
     spec = agent_spec()
     agent = load_agent(spec)
     flush = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.07"))  # one DynamoDB write per flush
-    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=flush, agent_id=spec)
+    runner = Runner(agent, runtime.store, runtime.log, flush_interval=flush, agent_id=spec)
+    runner.approval_secret.check()  # a secret under 32 bytes fails here, with its own message
+    return runtime, runner
 
 
 def slice_budget(context: LambdaContext | None) -> float:

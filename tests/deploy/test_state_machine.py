@@ -191,8 +191,11 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     assert announced == [("Run Started", run_id, "ready_for_next_step"), ("Run Cancelled", run_id, "cancelled")]
 
 
+SIGNING_KEY = "s3cr3t-signing-key-0123456789abcdef"
+
+
 @pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
-@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", "s3cr3t-signing-key"))
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", SIGNING_KEY))
 def test_a_run_that_needs_approval_pauses_with_a_request_signed_by_the_secret(stack: MotoStack) -> None:
     run_id = start_run(stack, "Remove gamma.")
     [execution] = stack.wait_for_executions(run_id)
@@ -204,7 +207,7 @@ def test_a_run_that_needs_approval_pauses_with_a_request_signed_by_the_secret(st
     assert types(chunks)[-1] == "finish"
     # Signed with the key the slice read from Secrets Manager (TOOL_APPROVAL_SECRET_ARN).
     assert verify_tool_approval(
-        "s3cr3t-signing-key", request["signature"], request["approvalId"], "c9", "remove", {"name": "gamma"}
+        SIGNING_KEY, request["signature"], request["approvalId"], "c9", "remove", {"name": "gamma"}
     )
     assert "s3cr3t" not in json.dumps(chunks)
     assert agents.CONTROL.executions == {}  # nothing runs before the user answers

@@ -206,7 +206,7 @@ async def test_stderr_goes_to_the_log_never_to_the_client(tmp_path: Path, caplog
 
 
 def test_the_servers_secrets_never_reach_the_program(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TOOL_APPROVAL_SECRET", "s3cret")
+    monkeypatch.setenv("TOOL_APPROVAL_SECRET", "s3cret-" + "0" * 32)
     harness = ProcessHarness(command=["true"], env={"EXTRA": "1"})
     env = harness.child_env()
     assert not HIDDEN_ENV & env.keys() and env["EXTRA"] == "1" and env["PATH"]

@@ -65,7 +65,7 @@ def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from .agent.pool import tool_threads
-    from .errors import AgentConfigError
+    from .errors import AgentConfigError, HarnessError
     from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
 
@@ -83,6 +83,10 @@ def _serve(args: argparse.Namespace) -> None:
     kit = build_local_kit(
         agent, args.data_dir, slice_seconds=args.slice_seconds, authenticator=authenticator, agent_id=args.agent
     )
+    try:
+        kit.runner.approval_secret.check()  # read now: a bad secret stops the start, not the first approval
+    except HarnessError as exc:  # too short, or its Secrets Manager secret cannot be read
+        raise SystemExit(str(exc)) from None
     url = f"http://{args.host}:{args.port}"
     print(f"durable-harness: chat app on {url}  (data in {args.data_dir}, agent {args.agent})", flush=True)
     question = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "What is the weather in Paris?"}]}

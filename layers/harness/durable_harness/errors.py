@@ -135,6 +135,11 @@ class AgentConfigError(FatalError):
     """The agent definition is invalid (for example, two tools with one name)."""
 
 
+class ApprovalSecretError(FatalError):
+    """The approval signing secret is unusable (shorter than 32 bytes). The message names where it
+    came from, never its value."""
+
+
 class InvalidRequestError(FatalError):
     """A client request cannot be served as sent; ``code`` and the message say what to fix."""
 

@@ -15,7 +15,7 @@ import { signToolApproval } from 'ai/internal';
 
 import { Chat, collectChunks, createChat, describeParts, makeTransport, recordingFetch, sendTurn, startServer } from '../lib/helpers.js';
 
-const SECRET = 'harness-secret';
+const SECRET = 'harness-secret-0123456789abcdefghij';
 const T = { timeout: 30000 };
 const LONG = 'Run a long task in 4 parts';
 
