@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from durable_harness.aws.handover import StepFunctionsHandover
 from durable_harness.server.inline import NOT_SCHEDULED
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 
 from . import agents
 from .chat import Response, call, load_chat_app, sample_event, with_path
@@ -116,6 +117,72 @@ async def test_a_turn_longer_than_the_chat_functions_slice_goes_on_in_the_slice_
     assert task_states(stack, execution) == expected
     assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
     assert dict(agents.CONTROL.model_calls) == {0: 1, 1: 1, 2: 1}
+
+
+async def test_a_hand_over_that_comes_before_the_task_waits_is_not_lost(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step Functions takes a callback as soon as the token exists. Here the hand-over lands
+    between ``AwaitChatSlice`` writing the token and the task starting to wait for it (moto's
+    window, where it lost the outcome and waited out the heartbeat: issue 17, item 18)."""
+    handed_over = threading.Event()
+    notify, setup = CallbackEndpoint.notify, CallbackEndpoint.setup_heartbeat_endpoint
+
+    def notified(self: CallbackEndpoint, outcome: Any) -> None:
+        notify(self, outcome)
+        handed_over.set()
+
+    def late_setup(self: CallbackEndpoint, heartbeat_seconds: int) -> Any:
+        assert handed_over.wait(20), "the chat function never handed the run over"
+        return setup(self, heartbeat_seconds)
+
+    monkeypatch.setattr(CallbackEndpoint, "notify", notified)
+    monkeypatch.setattr(CallbackEndpoint, "setup_heartbeat_endpoint", late_setup)
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    assert_complete_turn(response.chunks())
+    assert response.chunks() == log_of(stack, run_id)
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    assert task_states(stack, execution)[0] == ("AwaitChatSlice", "TaskSucceeded")  # not timed out
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_heartbeat_that_comes_before_the_task_waits_keeps_the_slice_in_process(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same window for a heartbeat: it counts (moto answered InvalidToken, so the chat function
+    # stopped heartbeating and the slice function took a healthy slice over).
+    stack.functions["ChatFunction"].env["INLINE_HEARTBEAT_SECONDS"] = "3"
+    beats: list[bool] = []
+    beaten = threading.Event()
+    heartbeat, setup = CallbackEndpoint.notify_heartbeat, CallbackEndpoint.setup_heartbeat_endpoint
+
+    def counted(self: CallbackEndpoint) -> bool:
+        beats.append(heartbeat(self))
+        beaten.set()
+        return beats[-1]
+
+    def late_setup(self: CallbackEndpoint, heartbeat_seconds: int) -> Any:
+        assert beaten.wait(20), "the chat function sent no heartbeat"
+        return setup(self, heartbeat_seconds)
+
+    monkeypatch.setattr(CallbackEndpoint, "notify_heartbeat", counted)
+    monkeypatch.setattr(CallbackEndpoint, "setup_heartbeat_endpoint", late_setup)
+    agents.CONTROL.gate = gate = threading.Event()
+    post, response, _ = await started_post(chat_app(stack))
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(agents.CONTROL.entered_gate.is_set, "step 2 to start")
+    await wait_for(lambda: len(beats) >= 3, "the chat function to go on heartbeating")
+    assert all(beats)  # every one of them reached the waiting task
+    gate.set()
+    await finish(post)
+    assert_complete_turn(response.chunks())
+    assert response.chunks() == log_of(stack, run_id)
+    assert "reset-step" not in types(response.chunks())
+    [execution] = await executions_of(stack, run_id)
+    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskSucceeded")]
+    assert stack.calls_of("SliceFunction", run_id) == []
 
 
 @pytest.mark.stack_parameters(**IN_ONE_SLICE)
