@@ -264,7 +264,11 @@ export function App() {
   // reply and would append the run's replay (from chunk 0) to it; a fresh session replays the run
   // onto the history as it was POSTed, exactly as after a reload. Each reconnect in a row waits
   // longer (reconnectDelay), until one gets through (onConnected).
-  const reconnect = () => restart({ clear: false, focusPrompt: false, attempt: current.attempt + 1 });
+  // Stable while a reconnect is pending, so that its timer is not started again by a re-render.
+  const reconnect = useCallback(
+    () => restart({ clear: false, focusPrompt: false, attempt: current.attempt + 1 }),
+    [current], // restart reads only `current`
+  );
   const connected = useCallback(() => {
     setCurrent((now) => (now.attempt === 0 ? now : { ...now, attempt: 0 }));
   }, []);
