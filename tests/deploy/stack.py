@@ -379,6 +379,7 @@ class MotoStack:
             BillingMode=table["BillingMode"],
             AttributeDefinitions=table["AttributeDefinitions"],
             KeySchema=table["KeySchema"],
+            GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
             SSESpecification={"Enabled": table["SSESpecification"]["SSEEnabled"]},
         )
         ddb.update_time_to_live(TableName=table_name, TimeToLiveSpecification=table["TimeToLiveSpecification"])

@@ -41,6 +41,47 @@ _UNAVAILABLE = {
 _ERRORS = {**{str(code): _ERROR for code in (400, 401, 404, 405, 409, 413)}, "503": _UNAVAILABLE}
 _PATH_RUN = [{"name": "runId", "in": "path", "required": True, "schema": _RUN_ID}]
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_LIST_PARAMETERS = [
+    {
+        "name": "status",
+        "in": "query",
+        "description": "Comma-separated run statuses (`finished`, `failed`, ...) or groups (`running`, `waiting`).",
+        "schema": {"type": "string"},
+    },
+    {"name": "chat", "in": "query", "description": "Only the runs of this chat id.", "schema": {"type": "string"}},
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 25}},
+    {
+        "name": "cursor",
+        "in": "query",
+        "description": "The `nextCursor` of the previous page (opaque).",
+        "schema": {"type": "string"},
+    },
+]
+_RUN_LIST = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "required": ["runs", "nextCursor"],
+            "properties": {
+                "runs": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["runId", "status", "createdAt", "chatId"],
+                        "properties": {
+                            "runId": _RUN_ID,
+                            "status": {"type": "string"},
+                            "createdAt": {"type": "string", "description": "ISO 8601, UTC."},
+                            "chatId": {"type": ["string", "null"]},
+                            "agent": {"type": "string"},
+                        },
+                    },
+                },
+                "nextCursor": {"type": ["string", "null"], "description": "The next page's cursor; null: the last."},
+            },
+        }
+    }
+}
 _USAGE = {
     "type": "object",
     "required": ["inputTokens", "outputTokens", "totalTokens"],
@@ -137,6 +178,13 @@ def openapi_document() -> dict[str, Any]:
                         {"name": "startIndex", "in": "query", "required": False, "schema": {"type": "integer"}},
                     ],
                     "responses": {"200": _SSE, **_ERRORS},
+                }
+            },
+            "/api/runs": {
+                "get": {
+                    "summary": "The caller's runs, newest first, a page at a time (only the caller's own runs).",
+                    "parameters": _LIST_PARAMETERS,
+                    "responses": {"200": {"description": "A page of runs.", "content": _RUN_LIST}, **_ERRORS},
                 }
             },
             "/api/runs/{runId}": {

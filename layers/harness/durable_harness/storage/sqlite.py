@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from ..errors import CorruptCheckpointError, FencedError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, RunSummary
+from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, ListPosition, RunListing, RunSummary
 from ._private import make_private_dirs, touch_private
 from .records import Folded, fold, plan_create, plan_save
 
@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_by_chat ON runs (chat_id, write_seq);
 CREATE INDEX IF NOT EXISTS runs_by_write ON runs (write_seq);
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
+CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, created_at, run_id);
 CREATE TABLE IF NOT EXISTS run_records (
     run_id TEXT NOT NULL,
     seq    INTEGER NOT NULL,
@@ -288,6 +289,38 @@ class SqliteCheckpointStore:
         with self._guard() as conn:
             rows = conn.execute(query, (*params, max(limit, 0))).fetchall()
             return [self._decode(conn, row) for row in rows]
+
+    def runs_of(
+        self,
+        principal: str,
+        *,
+        limit: int,
+        after: ListPosition | None = None,
+        statuses: frozenset[str] | None = None,
+        chat_id: str | None = None,
+    ) -> tuple[list[RunListing], ListPosition | None]:
+        """The principal's runs, newest first, from the index on (principal, created_at, run_id)."""
+        # Run ids only: the approval ledger keeps its records in this table too.
+        query = (
+            "SELECT run_id, status, created_at, chat_id, meta FROM runs"
+            " WHERE principal = ? AND run_id LIKE 'wrun!_%' ESCAPE '!'"
+        )
+        params: list[Any] = [principal]
+        if statuses is not None:
+            query += f" AND status IN ({', '.join('?' for _ in statuses)})"
+            params += sorted(statuses)
+        if chat_id is not None:
+            query += " AND chat_id = ?"
+            params.append(chat_id)
+        if after is not None:
+            query += " AND (created_at, run_id) < (?, ?)"
+            params += after
+        query += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        with self._guard() as conn:
+            rows = conn.execute(query, (*params, max(limit, 0) + 1)).fetchall()
+        listed = [RunListing(r[0], r[1], r[2], r[3], _meta_agent(r[4])) for r in rows[: max(limit, 0)]]
+        more = len(rows) > len(listed) and listed
+        return listed, (listed[-1].created_at, listed[-1].run_id) if more else None
 
     def close(self) -> None:
         """Close the connection; a later call reopens it."""
