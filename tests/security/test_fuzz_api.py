@@ -410,8 +410,8 @@ def requests(target: Target) -> st.SearchStrategy[Request]:
 def is_page(target: Target, req: Request) -> bool:
     """A request for the chat page (served only when the page was built)."""
     segments = [unquote(s) for s in req.path.split("/")[1:]]
-    inspector = segments == ["runs"] or (len(segments) == 2 and segments[0] == "runs")  # the runs inspector
-    return target.page is not None and (segments in ([""], ["index.html"]) or segments[:1] == ["assets"] or inspector)
+    pages = ([""], ["index.html"], ["runs"])  # the chat page and the runs inspector
+    return target.page is not None and (segments in pages or segments[:1] == ["assets"])
 
 
 def expected(target: Target, req: Request) -> set[int]:

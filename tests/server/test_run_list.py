@@ -18,7 +18,7 @@ from durable_harness.server.auth import TokenAuth
 from durable_harness.server.local import LocalKit, build_local_kit
 from durable_harness.server.runlist import STATUS_GROUPS, STATUSES, encode_cursor
 
-from tests.support import serve, user_message
+from tests.support import parse_sse_body, serve, user_message
 
 ALICE, BOB = "alice-token-1234", "bob-token-5678"
 HASHES = ",".join(f"{n}:{hashlib.sha256(t.encode()).hexdigest()}" for n, t in [("alice", ALICE), ("bob", BOB)])
@@ -112,3 +112,16 @@ def test_the_list_needs_credentials_and_is_in_the_openapi_document(url: str) -> 
     document = httpx.get(f"{url}/openapi.json").json()
     names = [p["name"] for p in document["paths"]["/api/runs"]["get"]["parameters"]]
     assert names == ["status", "chat", "limit", "cursor"]
+
+
+def test_a_runs_status_says_when_its_slices_began_and_its_timed_chunks_were_written(url: str) -> None:
+    run_id = chat(url, "What is the weather in Rome?", ALICE, "c")
+    headers = {"authorization": f"Bearer {ALICE}"}
+    chunks = parse_sse_body(httpx.get(f"{url}/api/chat/{run_id}/stream", headers=headers, timeout=10).content)
+    status = httpx.get(f"{url}/api/runs/{run_id}", headers=headers).json()
+    [(first, began)] = status["sliceTimes"]
+    assert first == 0 and chunks[0]["type"] == "start"
+    timed = {"start-step", "finish-step", "tool-input-available", "tool-output-available", "tool-approval-request"}
+    assert [index for index, _ in status["chunkTimes"]] == [i for i, c in enumerate(chunks) if c["type"] in timed]
+    times = [at for _, at in status["chunkTimes"]]
+    assert times == sorted(times) and began <= times[0]
