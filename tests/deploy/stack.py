@@ -783,6 +783,8 @@ def iam_request(
         return actions, tables
     if prefix == "dynamodb":
         resource = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{params.get('TableName', '*')}"
+        if params.get("IndexName"):  # a Query of an index is authorized on the index's ARN
+            resource += f"/index/{params['IndexName']}"
         return [action], [resource]
     if prefix == "s3":
         bucket = params.get("Bucket", "*")
