@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from durable_harness.harness import ProcessHarness
 
@@ -24,8 +25,19 @@ def faulty(mode: str, *, grace: float = GRACE) -> ProcessHarness:
     return ProcessHarness(
         command=[sys.executable, str(HERE / "faulty_notes.py"), mode],
         tools=[get_weather],
+        env=example.env,
         builtin_tools=BUILTIN,
         stop_grace_seconds=grace,
+    )
+
+
+def misbehaving(mode: str, **options: Any) -> ProcessHarness:
+    """``misbehaving.py MODE`` (see there), with ``get_weather`` as its host tool; it gets ``PIDS_DIR``."""
+    return ProcessHarness(
+        command=[sys.executable, str(HERE / "misbehaving.py"), mode],
+        env={"PIDS_DIR": None, **options.pop("env", {})},
+        tools=[get_weather],
+        **options,
     )
 
 
@@ -33,5 +45,10 @@ kills_mid_step = faulty("kill-mid-step")
 ignores_stop = faulty("ignore-stop")
 invalid_output = faulty("invalid-output")
 exits_early = faulty("exit-early")
+orphan = misbehaving("orphan")
+environ = misbehaving("environ")
 
-__all__ = ["example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kills_mid_step"]
+__all__ = [
+    "environ", "example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kills_mid_step", "misbehaving",
+    "orphan",
+]  # fmt: skip

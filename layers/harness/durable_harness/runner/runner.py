@@ -44,11 +44,13 @@ from ..storage.writer import ChunkWriter
 from ..telemetry import Telemetry, telemetry_from_env
 from .continuation import ContinuationResolver, turn_request
 from .progress import SliceProgress
+from .result import RECORDED_KEYS, recorded_result
 from .state import (
     ApprovalRecord,
     ContinuationRecord,
     FinalResult,
     RunState,
+    StepMark,
     StreamContext,
     checkpoint_of,
     pending_json,
@@ -231,6 +233,8 @@ class Runner:
                 if isinstance(event, hp.ToolApprovalRequestPart):
                     self._note_approval(state, translator, event)
                 _write(writer, chunks)
+                if isinstance(event, hp.FinishStepPart):
+                    state.steps.append(_step_mark(event))
                 if isinstance(event, hp.ErrorPart):
                     raise ModelError(chunks[0].error_text if chunks else "model error")  # type: ignore[union-attr]
                 slice_point = isinstance(event, hp.FinishStepPart)
@@ -300,7 +304,9 @@ class Runner:
         raise FencedError(f"run {run_id}: could not finalize, the run keeps changing")
 
     def result(self, state: RunState) -> dict[str, Any]:
-        """The run's result (JSON): the harness's account of its turn, with what the runner knows."""
+        """The run's result (JSON): the harness's account of its turn, with what the runner knows
+        (``text``, ``steps`` and ``responseMessages`` from the run's log when the harness gives none;
+        reads the log, so call it off the event loop)."""
         result: dict[str, Any] = {}
         final = state.final_result
         if final is not None:
@@ -309,6 +315,9 @@ class Runner:
         if state.status == "awaiting_tool_approval":
             result["pendingApprovals"] = pending_json(state)
         result.update(self.agent.run_result(state.turn))
+        if missing := [key for key in RECORDED_KEYS if key not in result]:
+            recorded = recorded_result(self.log.read(state.run_id, 0), state.steps)
+            result.update({key: recorded[key] for key in missing})
         if final is not None and final.output is not None:
             result["output"] = final.output
         return result
@@ -441,4 +450,13 @@ def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:
         input_tokens=int(usage.input_tokens.total or 0),
         output_tokens=int(usage.output_tokens.total or 0),
         output=output,
+    )
+
+
+def _step_mark(part: hp.FinishStepPart) -> StepMark:
+    usage = part.usage
+    return StepMark(
+        finish_reason=part.finish_reason.unified,
+        input_tokens=int(usage.input_tokens.total or 0),
+        output_tokens=int(usage.output_tokens.total or 0),
     )
