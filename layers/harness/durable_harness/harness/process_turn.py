@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import AgentConfigError, ProtocolError, RetryableError
 from ..protocol import harness_parts as hp
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durable_harness.harness.process")  # one logger for the harness's lines
 
+T = TypeVar("T")
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
@@ -97,7 +98,7 @@ class ProcessTurn:
             await proc.wait()
 
         try:
-            await asyncio.wait_for(drain(), self.harness.stop_grace_seconds)
+            await _within(drain(), self.harness.stop_grace_seconds)
         except TimeoutError:
             logger.warning(
                 "harness program did not exit within %g s of stop; killing its process group",
@@ -179,7 +180,7 @@ class ProcessTurn:
         # stdout is closed: the program has exited, or is about to (or closed it and goes on: it
         # gets the grace, then its group is killed, like one that left a child holding stderr).
         try:
-            code: int | None = await asyncio.wait_for(proc.wait(), self.harness.stop_grace_seconds)
+            code: int | None = await _within(proc.wait(), self.harness.stop_grace_seconds)
         except TimeoutError:
             code = proc.returncode
             await self._kill()
@@ -197,7 +198,7 @@ class ProcessTurn:
             return max(0.0, deadline - loop.time())
 
         try:
-            while (obj := await asyncio.wait_for(self._read_line(proc, idle=False), left())) is not None:
+            while (obj := await _within(self._read_line(proc, idle=False), left())) is not None:
                 if obj["type"] != "checkpoint":
                     yield self._part(obj)  # the runner fails the run: nothing but a checkpoint follows finish
                     continue
@@ -205,7 +206,7 @@ class ProcessTurn:
                     raise self._invalid('a "checkpoint" line needs a "state" (any JSON value)')
                 self.program, self.host_results = obj["state"], []
                 yield Checkpoint(self._state(), output=self.harness.check_output(obj.get("output")))
-            code = await asyncio.wait_for(proc.wait(), left())
+            code = await _within(proc.wait(), left())
         except TimeoutError:
             what = "did not exit" if proc.returncode is None else "exited, but what it started holds its output,"
             logger.warning("harness program %s within %g s of 'finish'; killing its process group", what, grace)
@@ -327,7 +328,7 @@ class ProcessTurn:
         assert proc.stdout is not None
         timeout = self.harness.idle_timeout_seconds if idle else None
         try:
-            raw = await asyncio.wait_for(proc.stdout.readline(), timeout)
+            raw = await _within(proc.stdout.readline(), timeout)
         except (ValueError, asyncio.LimitOverrunError):
             raise self._invalid(f"a line is longer than {MAX_LINE_BYTES} bytes") from None
         except TimeoutError:
@@ -360,6 +361,13 @@ class ProcessTurn:
         await end_group(proc)
         if proc.returncode is not None:
             self.harness.registry.forget(self.request.run_id, proc.pid)
+
+
+async def _within(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """``awaitable`` within ``seconds`` (TimeoutError after). Not ``wait_for``: on Python 3.11 it
+    can swallow a cancel that comes as the awaitable completes, and a shutdown would then hang."""
+    async with asyncio.timeout(seconds):
+        return await awaitable
 
 
 def _result_line(result: dict[str, Any]) -> dict[str, Any]:
