@@ -11,6 +11,7 @@ import json
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +26,7 @@ from durable_harness.harness.process import DEFAULT_IDLE_TIMEOUT_SECONDS
 from durable_harness.harness.programs import kill_group
 
 from tests.harness import agents
-from tests.harness.serving import Server, python_for_others, wait_until
+from tests.harness.serving import ROOT, Server, python_for_others, wait_until
 from tests.harness.support import Turns, parts_of
 from tests.harness.test_process import to_model
 from tests.support import user_message
@@ -219,3 +220,26 @@ def test_env_may_not_name_the_servers_secrets() -> None:
     for name in ("TOOL_APPROVAL_SECRET", "TOOL_APPROVAL_SECRET_ARN", "AUTH_TOKEN_HASHES", "AUTH_TOKENS_SECRET"):
         with pytest.raises(AgentConfigError, match=name):
             ProcessHarness(command=["true"], env={name: None})
+
+
+LOAD_FUNCTION = """
+import ctypes, importlib.util, sys
+name = sys.argv[1]
+libc = ctypes.CDLL(None)
+before = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+spec = importlib.util.spec_from_file_location(f"{name}_app", f"functions/{name}/app.py")
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+print(before, libc.prctl(3, 0, 0, 0, 0))
+"""
+
+
+@pytest.mark.parametrize("function", ["chat", "slice", "trigger", "finalizer"])
+def test_every_function_makes_its_process_non_dumpable(function: str) -> None:
+    # A fresh interpreter per function: loading its module is what a Lambda cold start does.
+    env = {"PATH": os.environ.get("PATH", ""), "AWS_REGION": "us-east-1", "POWERTOOLS_TRACE_DISABLED": "true",
+           "PYTHONPATH": str(ROOT / "layers" / "harness")}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_FUNCTION, function], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "0"]  # dumpable before the module loaded, not after
