@@ -23,7 +23,7 @@ import pytest
 from durable_harness.errors import AgentConfigError
 from durable_harness.harness import ProcessHarness
 from durable_harness.harness.process import DEFAULT_IDLE_TIMEOUT_SECONDS
-from durable_harness.harness.programs import kill_group
+from durable_harness.harness.programs import ProgramRegistry, kill_group
 
 from tests.harness import agents
 from tests.harness.serving import ROOT, Server, python_for_others, wait_until
@@ -243,3 +243,21 @@ def test_every_function_makes_its_process_non_dumpable(function: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "0"]  # dumpable before the module loaded, not after
+
+
+async def test_program_records_in_a_folder_others_may_write_are_not_trusted(tmp_path: Path) -> None:
+    # A record another user could have written might name any of our pids: it is ignored.
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        folder = tmp_path / "shared"
+        registry = ProgramRegistry(folder)
+        registry.record("wrun_x", sleeper.pid)
+        folder.chmod(0o777)
+        await registry.end_orphan("wrun_x")
+        assert sleeper.poll() is None
+        folder.chmod(0o700)
+        await registry.end_orphan("wrun_x")  # ours alone: the orphan is ended
+        assert sleeper.wait(30) == -9
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -127,6 +127,9 @@ class ProgramRegistry:
         """End the program a dead server left running for ``run_id`` (and all its group)."""
         path = self._path(run_id)
         try:
+            if not _ours(self.folder) or not _ours(path):
+                logger.warning("%s is not this user's alone: its program records are not trusted", path)
+                return
             record = json.loads(path.read_text())
             pid, started = int(record["pid"]), record.get("start")
         except FileNotFoundError:
@@ -146,6 +149,14 @@ class ProgramRegistry:
         while kill_group(pid) and _has_live_member(pid) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # SIGKILL is asynchronous: wait until the group is gone
         path.unlink(missing_ok=True)
+
+
+def _ours(path: Path) -> bool:
+    """Whether only this user can have written ``path`` (another user's record could name our pids)."""
+    if not hasattr(os, "getuid"):
+        return True
+    info = path.stat()
+    return info.st_uid == os.getuid() and not info.st_mode & 0o022
 
 
 def _has_live_member(pgid: int) -> bool:
