@@ -196,6 +196,25 @@ def model_requests(base_url: str, *, reset: bool = False) -> list[dict[str, floa
     return list(response.json())
 
 
+URL_ENV, MODEL_ENV = "PACED_MODEL_URL", "PACED_MODEL_NAME"
+
+
+def build_agent() -> Any:
+    """The benchmarks' tool-loop agent on the paced server named by ``$PACED_MODEL_URL`` (``.../v1``),
+    asking for ``$PACED_MODEL_NAME`` (:func:`model_name`): an ``AGENT=_paced_model:build_agent``
+    for the deployed stack or a server in another process."""
+    import os
+
+    from _common import lookup_tool
+    from durable_harness import ToolLoopAgent, step_count_is
+    from durable_harness.models.openai import OpenAIChatModel
+
+    name = os.environ.get(MODEL_ENV, "paced")
+    steps = int(settings_of(name)["tools"]) + 1
+    model = OpenAIChatModel(name, base_url=os.environ[URL_ENV], api_key="bench")
+    return ToolLoopAgent(model=model, tools=[lookup_tool(200)], stop_when=[step_count_is(steps)])
+
+
 def main() -> None:
     """Serve on loopback (``--port 0``: any free port) and print the server's URL on one line."""
     import uvicorn

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import inspect
+import itertools
 import json
 import tempfile
 import time
@@ -216,16 +218,14 @@ def long_run(url: str, steps: int, seconds: float) -> dict[str, Any]:
                         flush_interval=0.01, flush_burst=2)  # fmt: skip
 
         async def bounded() -> None:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(drive(runner, user_turn()), seconds)
-            except TimeoutError:
-                pass
 
         began = time.perf_counter()
         asyncio.run(bounded())
         wall = time.perf_counter() - began
     calls, enc = model.calls, model.encoding
-    per_step = [b - a for a, b in zip(calls, calls[1:], strict=False)]  # step k: call k to call k+1
+    per_step = [b - a for a, b in itertools.pairwise(calls)]  # step k: call k to call k+1
     return {"reached": len(per_step), "wall": wall, "per_step": per_step, "encoding": enc[: len(per_step)]}
 
 
@@ -265,19 +265,21 @@ def main() -> None:
             a = r[arm]
             rows.append([r["name"], label, a["per_step_ms"], a["added_ms"], a["storage_ms"],
                          a["added_ms"] - a["storage_ms"], a["cpu_added_ms"]])  # fmt: skip
-    print(table(["model", "arm", "ms/step", "added ms/step", "in storage calls (some overlap the stream)", "elsewhere (waits, CPU)",
-                 "added CPU ms/step"], rows))  # fmt: skip
+    print(table(["model", "arm", "ms/step", "added ms/step", "in storage calls (some overlap the stream)",
+                 "elsewhere (waits, CPU)", "added CPU ms/step"], rows))  # fmt: skip
     http, inproc = results
     d = http["dynamodb"]
     print("\nstorage calls per step (HTTP model):")
     for arm in ("local", "dynamodb"):
         print(f"  {arm}: " + ", ".join(f"{k} {v:.2f}" for k, v in http[arm]["calls"].items()))
     print("(the DynamoDB arm's CPU includes moto's, which answers in this process)")
-    print(f"DynamoDB requests per step: {d['round_trips']:.2f} ("
-          + ", ".join(f"{op} {n:.2f}" for op, n in d["ops"].items())
-          + f"); {d['aws_ms']:.1f} ms/step with a request in flight; WRU/step {d['wru']:.2f} ("
-          + ", ".join(f"{op} {n:.2f}" for op, n in d["wru_by_op"].items() if n)
-          + f"); {d['bytes']:,.0f} item bytes written per step")
+    print(
+        f"DynamoDB requests per step: {d['round_trips']:.2f} ("
+        + ", ".join(f"{op} {n:.2f}" for op, n in d["ops"].items())
+        + f"); {d['aws_ms']:.1f} ms/step with a request in flight; WRU/step {d['wru']:.2f} ("
+        + ", ".join(f"{op} {n:.2f}" for op, n in d["wru_by_op"].items() if n)
+        + f"); {d['bytes']:,.0f} item bytes written per step"
+    )
 
     per, enc, reached = long["per_step"], long["encoding"], long["reached"]
     late = min(STEP_CPU_LATE, reached)
@@ -293,7 +295,8 @@ def main() -> None:
     why = (f"{local['storage_ms']:.2f} ms/step in storage calls, {local['added_ms'] - local['storage_ms']:.2f} ms "
            f"elsewhere (the step boundary's wait for the group commit's pacing, the kit's CPU: "
            f"+{local['cpu_added_ms']:.2f} ms CPU/step)")  # fmt: skip
-    report("step.overhead.local", f"+{local['added_ms']:.2f} ms/step; {why}", local["added_ms"] <= STEP_OVERHEAD_LOCAL_MS)
+    report("step.overhead.local", f"+{local['added_ms']:.2f} ms/step; {why}",
+           local["added_ms"] <= STEP_OVERHEAD_LOCAL_MS)  # fmt: skip
     report("step.overhead.local_inprocess", f"+{local_in['added_ms']:.2f} ms/step",
            local_in["added_ms"] <= STEP_OVERHEAD_LOCAL_MS)  # fmt: skip
     report("step.overhead.dynamodb",
@@ -301,8 +304,8 @@ def main() -> None:
            f"({', '.join(f'{op} {n:.2f}' for op, n in d['ops'].items())}); {d['aws_ms']:.1f} ms in requests, "
            f"the rest waits for the {DEPLOYED_FLUSH * 1000:.0f} ms pacing; in-process model "
            f"+{inproc['dynamodb']['added_ms']:.1f} ms/step", d["round_trips"] <= STEP_ROUND_TRIPS)  # fmt: skip
-    report("step.wru", f"{d['wru']:.2f} WRU/step ({', '.join(f'{op} {n:.2f}' for op, n in d['wru_by_op'].items() if n)})",
-           d["wru"] <= STEP_WRU)  # fmt: skip
+    wru = ", ".join(f"{op} {n:.2f}" for op, n in d["wru_by_op"].items() if n)
+    report("step.wru", f"{d['wru']:.2f} WRU/step ({wru})", d["wru"] <= STEP_WRU)  # fmt: skip
     early = window(per, STEP_CPU_EARLY) - window(enc, STEP_CPU_EARLY)
     later = window(per, late) - window(enc, late)
     ratio = later / early if early > 0 else float("inf")
