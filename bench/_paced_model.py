@@ -1,11 +1,12 @@
 """A paced OpenAI-compatible model server on loopback, for the benchmarks (not a benchmark itself).
 
 ``POST /v1/chat/completions`` (``"stream": true``) answers with Chat Completions chunks at a fixed
-pace, like a real model's HTTP API, so the kit, its peers and a bare client all read the same
-model over the same kind of connection. What a turn looks like is set by the request's ``model``
-field, as a query string, so one server serves every configuration::
+pace (without ``stream``: one ``chat.completion`` when its last delta would have been sent), like
+a real model's HTTP API, so the kit, its peers and a bare client all read the same model over the
+same kind of connection. What a turn looks like is set by the request's ``model`` field, as a
+query string, so one server serves every configuration::
 
-    paced?deltas=20&rate=1000&ttft=0.2&tools=5&parallel=1&result=200
+    paced?deltas=20&rate=1000&ttft=0.2&tools=5&parallel=1
 
 * ``deltas``: text deltas per model call (step), default 20;
 * ``rate``: deltas per second, default 1000 (0: as fast as the server writes); the deltas follow
@@ -126,6 +127,9 @@ class PacedOpenAI:
         parallel = int(s["parallel"])
         step = step_of(request.get("messages", []), parallel)
         self.requests.append({"at": arrived, "step": step, "bytes": size})
+        if not request.get("stream"):
+            await self._whole(send, model, s, step)
+            return
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
@@ -149,11 +153,32 @@ class PacedOpenAI:
             await out(_event(model, {}, "tool_calls"))
         else:
             await out(_event(model, {}, "stop"))
-        usage = {"prompt_tokens": 100 + 10 * step, "completion_tokens": int(s["deltas"]), "total_tokens": 0}
+        usage = {"prompt_tokens": 100 + 10 * step, "completion_tokens": int(s["deltas"])}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         tail = {"id": "chatcmpl-paced", "object": "chat.completion.chunk", "created": 0, "model": model,
                 "choices": [], "usage": usage}  # fmt: skip
         await out(b"data: " + json.dumps(tail).encode() + b"\n\ndata: [DONE]\n\n")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _whole(self, send: Any, model: str, s: dict[str, float], step: int) -> None:
+        """A request without ``stream``: one ``chat.completion`` once its last delta is due."""
+        deltas = int(s["deltas"])
+        await asyncio.sleep(s["ttft"] + (max(0, deltas - 1) / s["rate"] if s["rate"] > 0 else 0))
+        now = time.monotonic()
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(f" w{i}@{now:.6f}" for i in range(deltas))}
+        finish = "stop"
+        if step < int(s["tools"]):
+            message["tool_calls"] = [
+                {"id": f"call_{step:04d}_{k}", "type": "function", "function": {"name": "lookup", "arguments":
+                 json.dumps({"query": f"question {step}.{k}", "limit": 5}, separators=(",", ":"))}}
+                for k in range(int(s["parallel"]))
+            ]  # fmt: skip
+            finish = "tool_calls"
+        body = {"id": "chatcmpl-paced", "object": "chat.completion", "created": 0, "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 100 + 10 * step, "completion_tokens": deltas,
+                          "total_tokens": 100 + 10 * step + deltas}}  # fmt: skip
+        await _reply(send, 200, json.dumps(body).encode(), b"application/json")
 
 
 async def _reply(send: Any, status: int, body: bytes, kind: bytes) -> None:
