@@ -517,11 +517,14 @@ def scripted_tool_agent(
     return ToolLoopAgent(model=FunctionModel(step), tools=[lookup_tool(result_bytes)], stop_when=[step_count_is(steps)])
 
 
-def lookup_tool(result_bytes: int = 200) -> Any:
-    """The benchmarks' ``lookup`` tool: returns about ``result_bytes`` of JSON for a ``query``."""
+def lookup_tool(result_bytes: int = 200, on_call: Any = None) -> Any:
+    """The benchmarks' ``lookup`` tool: returns about ``result_bytes`` of JSON for a ``query``
+    (``on_call(query)`` first, when given: ``peers.py``'s crash test records each execution)."""
     from durable_harness import Tool
 
     async def lookup(args: dict[str, Any]) -> dict[str, Any]:
+        if on_call is not None:
+            on_call(args["query"])
         filler = "x" * max(0, result_bytes - 60)
         return {"query": args["query"], "answer": filler, "source": "bench"}
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sqlite3
 import statistics
 import sys
@@ -28,9 +30,46 @@ from typing import Any
 
 from _paced_model import model_name
 
+TOOL_LOG_ENV = "BENCH_TOOL_LOG"
+KILL_AT = 6  # the crash test kills the process as the 6th tool call starts: 5 finished, 1 in flight
+
+
+def note_tool_call(query: str) -> None:
+    """The crash test's record of a tool execution (``$BENCH_TOOL_LOG``, one line each, appended
+    before the tool does anything); as the ``KILL_AT``-th execution of the first process starts,
+    the process is SIGKILLed (a crash mid-turn, no clean-up)."""
+    path = os.environ.get(TOOL_LOG_ENV)
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(query + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    with open(path, encoding="utf-8") as f:
+        n = sum(1 for _ in f)
+    if os.environ.get("BENCH_CRASH") == "run" and n >= KILL_AT:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def repeats(tool_log: str, model_steps: list[int]) -> dict[str, Any]:
+    """What a crash made run again: finished tool calls executed again, whether the tool call in
+    flight ran again, and model calls made again (their step index seen before)."""
+    with open(tool_log, encoding="utf-8") as f:
+        calls = [line.strip() for line in f if line.strip()]
+    first, later = calls[:KILL_AT], calls[KILL_AT:]
+    finished, in_flight = first[: KILL_AT - 1], first[KILL_AT - 1]
+    seen: set[int] = set()
+    again = 0
+    for step in model_steps:
+        again += step in seen
+        seen.add(step)
+    return {"finished_tools_rerun": sum(1 for q in later if q in finished), "in_flight_rerun": in_flight in later,
+            "model_calls_repeated": again, "tool_calls": len(calls)}  # fmt: skip
+
 
 def lookup(query: str, limit: int = 5) -> dict[str, Any]:
     """Look something up (about 200 bytes of JSON, as the kit's ``lookup``)."""
+    note_tool_call(query)
     return {"query": query, "answer": "x" * 140, "source": "bench"}
 
 
@@ -148,6 +187,44 @@ def dbos(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def langgraph_crash(args: argparse.Namespace) -> dict[str, Any]:
+    """The crash test's LangGraph side: ``run`` (killed by the tool) or ``resume`` the same thread."""
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.prebuilt import create_react_agent
+
+    name = model_name(deltas=args.deltas, rate=args.rate, tools=args.steps - 1)
+    llm = ChatOpenAI(model=name, base_url=args.base_url, api_key="bench", streaming=True, max_retries=0)
+    saver = SqliteSaver(sqlite3.connect(args.db, check_same_thread=False))  # it writes from another thread
+    graph = create_react_agent(llm, [lookup], checkpointer=saver)
+    config: dict[str, Any] = {"recursion_limit": 4 * args.steps + 10, "configurable": {"thread_id": "crash"}}
+    graph.invoke({"messages": [("user", "Go.")]} if args.crash == "run" else None, config)  # async durability
+    return {"done": True}
+
+
+def dbos_crash(args: argparse.Namespace) -> dict[str, Any]:
+    """The crash test's DBOS side: ``run`` a workflow (killed by the tool), or launch again and let
+    DBOS recover it, then wait for its result."""
+    from dbos import DBOS, SetWorkflowID
+    from pydantic_ai import Agent
+    from pydantic_ai.durable_exec.dbos import DBOSAgent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    name = model_name(deltas=args.deltas, rate=args.rate, tools=args.steps - 1)
+    model = OpenAIChatModel(name, provider=OpenAIProvider(base_url=args.base_url, api_key="bench"))
+    durable = DBOSAgent(Agent(model, name="crash", tools=[lookup]))
+    DBOS(config={"name": "bench-crash", "system_database_url": args.db})
+    DBOS.launch()  # on the resume, this recovers the pending workflow
+    if args.crash == "run":
+        with SetWorkflowID("crash-1"):
+            asyncio.run(durable.run("Go."))
+    else:
+        DBOS.retrieve_workflow("crash-1").get_result()
+    DBOS.destroy()
+    return {"done": True}
+
+
 def main() -> None:
     """Run one peer and print its figures as the last line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -158,7 +235,11 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=20)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--crash", choices=["run", "resume"], help="the crash test's phases (BENCH_CRASH=run)")
     args = parser.parse_args()
+    if args.crash:
+        print(json.dumps((langgraph_crash if args.system == "langgraph" else dbos_crash)(args)), flush=True)
+        return
     result = (langgraph if args.system == "langgraph" else dbos)(args)
     result["medians"] = {k: statistics.median(v) for k, v in result["times"].items()}
     print(json.dumps(result), flush=True)

@@ -39,13 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from _common import machine, median, table
-from _paced_model import paced_server
+from _paced_model import model_name, model_requests, paced_server
+from _peer_drivers import KILL_AT, TOOL_LOG_ENV, note_tool_call, repeats
 from _targets import report_peer
 
 BENCH = Path(__file__).resolve().parent
 VENV = BENCH / ".venv-peers"
 REQUIREMENTS = BENCH / "requirements-peers.txt"
 PG_PORT = 8185  # within this worktree's port range (PORTBASE 8180)
+CRASH_STEPS = 9  # the crash test's turn: 8 tool calls, then the answer
 GUARANTEES = {
     "kit": "every chunk is durable before a client sees it; a crash repeats only the step in flight; "
     "finished tools are never re-run",
@@ -136,6 +138,61 @@ def kit(base: str, args: argparse.Namespace) -> dict[str, Any]:
             "rows_per_step": writes / args.rounds / args.steps, "bytes_per_step": None}  # fmt: skip
 
 
+def kit_crash(phase: str, data: Path, base: str) -> None:
+    """``--kit-crash``: the crash test's kit side, a durable turn on the local kit's storage in
+    ``data``: ``run`` creates it (the tool kills this process), ``resume`` drives it to its end."""
+    import asyncio
+
+    from _common import lookup_tool, user_turn
+    from durable_harness import ToolLoopAgent, step_count_is
+    from durable_harness.models.openai import OpenAIChatModel
+    from durable_harness.runner.runner import Runner
+    from durable_harness.storage.files import FileChunkLog
+    from durable_harness.storage.sqlite import SqliteCheckpointStore
+
+    model = OpenAIChatModel(model_name(deltas=20, rate=1000, tools=CRASH_STEPS - 1), base_url=base, api_key="bench")
+    agent = ToolLoopAgent(model=model, tools=[lookup_tool(200, on_call=note_tool_call)],
+                          stop_when=[step_count_is(CRASH_STEPS)])  # fmt: skip
+    runner = Runner(agent, SqliteCheckpointStore(data / "runs.sqlite3"), FileChunkLog(data / "chunks"),
+                    flush_interval=0.01, flush_burst=2)  # fmt: skip
+    if phase == "run":
+        run_id = runner.create_run(user_turn()).run_id
+        (data / "run_id").write_text(run_id)
+    else:
+        run_id = (data / "run_id").read_text()
+
+    async def drive() -> None:
+        while not (await runner.run_slice(run_id, budget_seconds=None)).terminal:
+            pass
+
+    asyncio.run(drive())
+
+
+def crash_test(system: str, base: str, db: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Kill ``system``'s process as its 6th tool call starts (5 finished), resume it in a new
+    process, and count what ran again."""
+    tool_log = tmp / f"{system}-tools.log"
+    env = os.environ | {TOOL_LOG_ENV: str(tool_log)}
+
+    def cmd(phase: str) -> list[str]:
+        if system == "kit":
+            me = str(Path(__file__).resolve())
+            return [sys.executable, me, "--kit-crash", phase, "--data", db, "--base-url", base]
+        return [str(VENV / "bin/python"), str(BENCH / "_peer_drivers.py"), system, "--base-url", base, "--db", db,
+                "--steps", str(CRASH_STEPS), "--crash", phase]  # fmt: skip
+
+    model_requests(base, reset=True)
+    run = subprocess.run(cmd("run"), env=env | {"BENCH_CRASH": "run"}, capture_output=True, text=True,
+                         timeout=args.timeout, check=False, cwd=BENCH)  # fmt: skip
+    if run.returncode != -9:
+        raise RuntimeError(f"the run was not killed by its tool (exit {run.returncode}): {run.stderr.strip()[-400:]}")
+    resume = subprocess.run(cmd("resume"), env=env, capture_output=True, text=True, timeout=args.timeout,
+                            check=False, cwd=BENCH)  # fmt: skip
+    if resume.returncode:
+        raise RuntimeError(f"the resume failed (exit {resume.returncode}): {resume.stderr.strip()[-400:]}")
+    return repeats(str(tool_log), [int(r["step"]) for r in model_requests(base)])
+
+
 def peer(system: str, base: str, db: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one peer's driver in the peers' environment; its figures."""
     cmd = [str(VENV / "bin/python"), str(BENCH / "_peer_drivers.py"), system, "--base-url", base, "--db", db,
@@ -169,20 +226,40 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds for each peer's driver")
     parser.add_argument("--only", default="kit,langgraph,dbos")
+    parser.add_argument("--no-crash", action="store_true", help="skip the kill-mid-turn test")
+    parser.add_argument("--kit-crash", choices=["run", "resume"], help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.kit_crash:
+        kit_crash(args.kit_crash, Path(args.data), args.base_url)
+        return
     only = set(args.only.split(","))
     print(f"peers: {machine()}")
     results: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
     venv_error = ensure_venv() if only - {"kit"} else None
     with paced_server() as base, tempfile.TemporaryDirectory() as tmp:
+        crashes: dict[str, dict[str, Any]] = {}
+
+        def crash(name: str, system: str, db: str) -> None:
+            if args.no_crash:
+                return
+            try:
+                crashes[name] = crash_test(system, base, db, Path(tmp), args)
+            except Exception as exc:  # reported, the others go on
+                failures[f"{name}, kill mid-turn"] = str(exc)
+
         if "kit" in only:
             results.append(kit(base, args))
+            (Path(tmp) / "kit").mkdir()
+            crash("kit", "kit", str(Path(tmp) / "kit"))
         if "langgraph" in only:
             try:
                 if venv_error:
                     raise RuntimeError(venv_error)
                 results.append(peer("langgraph", base, str(Path(tmp) / "checkpoints.sqlite"), args))
+                crash("LangGraph (async)", "langgraph", str(Path(tmp) / "crash.sqlite"))
             except Exception as exc:  # a peer that fails is reported, the others go on
                 failures["LangGraph"] = str(exc)
         if "dbos" in only:
@@ -191,6 +268,7 @@ def main() -> None:
                     raise RuntimeError(venv_error)
                 with postgres() as url:
                     results.append(peer("dbos", base, url, args))
+                    crash("DBOS + Pydantic AI", "dbos", url)
             except Exception as exc:
                 failures["DBOS + Pydantic AI"] = str(exc)
     print(f"\n{args.steps}-step tool-loop turn, {args.deltas} deltas per step at {args.rate:g}/s from the "
@@ -209,6 +287,13 @@ def main() -> None:
         if "version" in r:
             print(f"  {r['system']}: {r['version']}" + (f"; idle write transactions/s {r['idle_commits_per_s']:.0f}"
                                                         if "idle_commits_per_s" in r else ""))  # fmt: skip
+    if crashes:
+        print(f"\nkilled (SIGKILL) as the {KILL_AT}th tool call of a {CRASH_STEPS}-step turn starts ({KILL_AT - 1} "
+              "finished, 1 in flight), then resumed in a new process; what ran again:\n")  # fmt: skip
+        print(table(["system", "finished tool calls run again", "the one in flight run again",
+                     "model calls repeated", "tool executions in all"],
+                    [[name, c["finished_tools_rerun"], "yes" if c["in_flight_rerun"] else "no",
+                      c["model_calls_repeated"], c["tool_calls"]] for name, c in crashes.items()]))  # fmt: skip
     for name, why in failures.items():
         print(f"\n{name}: NOT MEASURED: {why}")
     peers = [r for r in rows if not r[0].startswith("kit")]
