@@ -92,7 +92,7 @@ clean:
 SAM_VENV ?= .venv-sam
 SAM_ENV := SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1
 
-.PHONY: deploy-checks sam-setup bench
+.PHONY: deploy-checks sam-setup bench bench-peers-setup
 
 sam-setup: $(SAM_VENV)/.installed
 
@@ -115,5 +115,17 @@ deploy-checks: sam-setup web
 # --- Benchmarks (not part of `make test`) ---------------------------------------------------------
 # Every bench/*.py, then one table of the targets, MET or MISSED (bench/README.md). cold_start.py
 # measures the `sam build` output with python3.12, hence deploy-checks first.
-bench: setup deploy-checks
+bench: setup deploy-checks bench-peers-setup
 	PYTHON312="$(PYTHON312)" $(PY) bench/_run_all.py
+
+# bench/peers.py's peers (LangGraph, DBOS + Pydantic AI) in their own venv: they pin versions that may
+# clash with ours. Its PostgreSQL is Debian's, installed by the script when missing (as root).
+PEERS_VENV := bench/.venv-peers
+
+bench-peers-setup: $(PEERS_VENV)/.installed
+
+$(PEERS_VENV)/.installed: bench/requirements-peers.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	printf '*\n' > $(PEERS_VENV)/.gitignore
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/requirements-peers.txt
+	cp bench/requirements-peers.txt $@
