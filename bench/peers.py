@@ -20,7 +20,7 @@ best peer's overhead is recorded for ``make bench``'s "best peer" column (``repo
 Not measured here (see bench/README.md): per-chunk latency of a peer's durable stream, and what
 repeats after a kill mid-turn (peers-bench.md has both from the independent measurement).
 
-    .venv/bin/python bench/peers.py [--steps 20] [--deltas 20] [--rate 1000] [--rounds 3] [--only kit,langgraph]
+    .venv/bin/python bench/peers.py [--steps 20] [--deltas 20] [--rate 1000] [--rounds 5] [--only kit,langgraph]
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--deltas", type=int, default=20)
     parser.add_argument("--rate", type=float, default=1000.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds for each peer's driver")
     parser.add_argument("--only", default="kit,langgraph,dbos")
     parser.add_argument("--no-crash", action="store_true", help="skip the kill-mid-turn test")

@@ -20,7 +20,7 @@ kept as a second row. Each turn is a tool loop: every step streams text deltas a
    is MISSED (not reached).
 
     .venv/bin/python bench/step_cost.py [--steps 20] [--deltas 20] [--rounds 3] [--long-steps 1000]
-                                        [--long-seconds 90]
+                                        [--long-seconds 75]
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="deltas per second")
     parser.add_argument("--rounds", type=int, default=3, help="measured turns per arm (ABBA order)")
     parser.add_argument("--long-steps", type=int, default=STEP_CPU_LATE + 10)
-    parser.add_argument("--long-seconds", type=float, default=90.0, help="bound on the long run")
+    parser.add_argument("--long-seconds", type=float, default=75.0, help="bound on the long run")
     args = parser.parse_args()
     print(f"step_cost: {machine()}")
     with paced_server() as url:
