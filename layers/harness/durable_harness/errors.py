@@ -72,6 +72,21 @@ class CorruptCheckpointError(FatalError):
     """A stored checkpoint cannot be read back: a record is malformed or does not apply to its state."""
 
 
+class FormatVersionError(FatalError):
+    """A stored run record, chunk log or data folder is in a storage format this release does not
+    read (another release wrote it, or one from before format versions). The message names the
+    format found, the one this release reads, and what to do."""
+
+    def __init__(self, what: str, found: object, expected: int, remedy: str) -> None:
+        shown = "none (written before format versions)" if found in (None, "", 0) else found
+        super().__init__(
+            f"{what} is in storage format {shown}, and this release reads format {expected}: it was"
+            f" written by another release of durable-harness. {remedy}"
+        )
+        self.found = found
+        self.expected = expected
+
+
 # --- secrets --------------------------------------------------------------------------------------
 
 
