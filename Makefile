@@ -9,7 +9,7 @@ PORT ?= 8000
 # A second interpreter for the suite (the code supports 3.11 and 3.12); skipped if absent.
 PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(command -v python3.12); do "$$p" -c 'import sys' 2>/dev/null && echo "$$p" && break; done)
 
-.PHONY: dev chat web chromium test-browser test setup node-setup lint typecheck test-python test-python312 test-node clean
+.PHONY: dev chat web chromium test-browser test test-loaded setup node-setup lint typecheck test-python test-python312 test-node clean
 
 dev: setup web
 	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
@@ -19,6 +19,10 @@ chat: setup
 	$(PY) -m durable_harness chat --url http://$(HOST):$(PORT)
 
 test: setup node-setup lint typecheck test-python test-node test-browser deploy-checks test-python312
+
+# `make test` three times in a fresh clone while two busy loops load both cores (RUNS=N for more).
+test-loaded:
+	bash tests/loaded.sh $(or $(RUNS),3)
 
 setup: $(VENV)/.installed
 
@@ -87,8 +91,9 @@ clean:
 #                                (needs python3.12 on PATH; pip's download cache is reused)
 SAM_VENV ?= .venv-sam
 SAM_ENV := SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1
+NONDEFAULT := tests/deploy/nondefault-parameters.json
 
-.PHONY: deploy-checks sam-setup bench
+.PHONY: deploy-checks sam-setup bench bench-peers-setup
 
 sam-setup: $(SAM_VENV)/.installed
 
@@ -105,11 +110,31 @@ deploy-checks: sam-setup web
 	@mkdir -p .aws-sam
 	$(SAM_ENV) $(SAM_VENV)/bin/python tests/deploy/sam_to_cfn.py template.yaml > .aws-sam/template.cfn.json
 	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint --format parseable .aws-sam/template.cfn.json
+	@# Again with every parameter of tests/deploy/nondefault-parameters.json as the default (reserved
+	@# concurrency, warm throughput, heartbeats, full secret ARNs, ...): the template as deployed with them.
+	$(SAM_ENV) $(SAM_VENV)/bin/python tests/deploy/sam_to_cfn.py --sam --parameters $(NONDEFAULT) template.yaml > template.nondefault.json
+	$(SAM_ENV) $(SAM_VENV)/bin/sam validate --lint --template template.nondefault.json; status=$$?; rm -f template.nondefault.json; exit $$status
+	$(SAM_ENV) $(SAM_VENV)/bin/python tests/deploy/sam_to_cfn.py --parameters $(NONDEFAULT) template.yaml > .aws-sam/template.nondefault.cfn.json
+	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint --format parseable .aws-sam/template.nondefault.cfn.json
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
 	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache
 
 # --- Benchmarks (not part of `make test`) ---------------------------------------------------------
 # Every bench/*.py, then one table of the targets, MET or MISSED (bench/README.md). cold_start.py
 # measures the `sam build` output with python3.12, hence deploy-checks first.
+# A failed peers' install does not stop the benchmarks: peers.py then says which peer it could not measure.
 bench: setup deploy-checks
+	@$(MAKE) --no-print-directory bench-peers-setup || echo "bench: the peers' venv failed to install; peers.py will report it" >&2
 	PYTHON312="$(PYTHON312)" $(PY) bench/_run_all.py
+
+# bench/peers.py's peers (LangGraph, DBOS + Pydantic AI) in their own venv: they pin versions that may
+# clash with ours. Its PostgreSQL is Debian's, installed by the script when missing (as root).
+PEERS_VENV := bench/.venv-peers
+
+bench-peers-setup: $(PEERS_VENV)/.installed
+
+$(PEERS_VENV)/.installed: bench/requirements-peers.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	printf '*\n' > $(PEERS_VENV)/.gitignore
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/requirements-peers.txt
+	cp bench/requirements-peers.txt $@

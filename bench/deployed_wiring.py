@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ from _common import (
     deployed_server,
     machine,
     median,
+    overhead_note,
+    overhead_rows,
     pct,
     price_banner,
     serve,
@@ -186,6 +189,9 @@ def cost(metered: Metered) -> dict[str, Any]:
         "Lambda requests": invocations * PRICES["lambda_request_per_m"] / 1e6,
         f"EventBridge PutEvents (${EVENTBRIDGE_PER_M:.2f}/million)": events * EVENTBRIDGE_PER_M / 1e6,
     }
+    counts = Counter(name for name, _ in metered.invocations)
+    counts["ChatFunction"] += 1  # the POST that streamed the run
+    rows.update(overhead_rows(dict(counts), memory))
     per_second = (sum(log_d.values()) + sum(seal_d.values()) + compute_slice + compute_chat) / streamed
     # The hot path's writes: what each flush costs (a seal is per run or per size, counted apart).
     writes = [r for r in requests if r.label.endswith("|append") and r.op in ("PutItem", "UpdateItem", "PutObject")
@@ -346,6 +352,7 @@ def report(new: dict[str, Any], old: dict[str, Any] | None, args: argparse.Names
              f"${cost_['rows'][k]:.6f}" if k in cost_["rows"] else "-"] for k in items]  # fmt: skip
     rows.append(["total", f"${c_old['total']:.6f}" if c_old else "-", f"${cost_['total']:.6f}"])
     print(table(["item", "baseline", "new"], rows))
+    print(overhead_note())
     for name, x in (("baseline", c_old), ("new", cost_)):
         if x:
             print(f"  {name}: slice function {x['memory']['SliceFunction']} MB x {x['slice_s']:.1f} s, chat function "

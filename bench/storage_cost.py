@@ -37,6 +37,8 @@ from _common import (
     Request,
     RequestMeter,
     machine,
+    overhead_note,
+    overhead_rows,
     price_banner,
     scripted_tool_agent,
     table,
@@ -268,7 +270,10 @@ def main() -> None:
         [f"Lambda chat (streams the response): {LAMBDA_MB} MB x {stream_s:.1f} s", chat_compute],
         [f"Lambda requests: {slices + 1}", invocations],
         ["EventBridge: 2 lifecycle events ($1.00/million, not in the brief's list)", events],
-    ]
+        *([k, v] for k, v in overhead_rows(
+            {"SliceFunction": slices, "ChatFunction": 1}, {"SliceFunction": LAMBDA_MB, "ChatFunction": LAMBDA_MB}
+        )),
+    ]  # fmt: skip
     total = sum(v for _, v in rows)
     without_chat = total - chat_compute
     stored = sum(r.sent for r in slice_.requests if is_flush(r)) / 1024
@@ -280,6 +285,7 @@ def main() -> None:
         f"long as the model streams ({args.rate:g} tokens/s, {args.ttft:g} s first token per step); the chat "
         "function is billed while it streams the response (the whole run here)."
     )
+    print(overhead_note())
 
     print("\ntargets:")
     per_flush = (writes - 1) / max(1, flush_rates(alone.requests)[0])

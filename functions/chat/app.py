@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from durable_harness.cli import DEFAULT_AGENT, load_agent
+from durable_harness.cli import agent_spec, load_agent
 from durable_harness.hardening import deny_proc_reads
 from durable_harness.server.app import ChatApp
 from durable_harness.server.auth import authenticator_from_env
@@ -28,16 +28,20 @@ deny_proc_reads()  # the programs and subprocesses we start cannot read our envi
 
 def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
     """The chat app for this environment: the AWS runtime when ``RUNS_TABLE`` is set, else the local kit."""
-    agent = load_agent(env.get("AGENT", DEFAULT_AGENT))
+    spec = agent_spec(env)
+    agent = load_agent(spec)
     if not env.get("RUNS_TABLE"):
         from durable_harness.server.local import build_local_kit  # SQLite and files: not loaded when deployed
 
-        return build_local_kit(
+        kit = build_local_kit(
             agent,
             env.get("DATA_DIR", "/tmp/durable-harness"),
             slice_seconds=float(env.get("SLICE_SECONDS", "600")),
             authenticator=authenticator_from_env(env, default_mode="none", local=True),
-        ).app
+            agent_id=spec,
+        )
+        kit.runner.approval_secret.check()  # a secret under 32 bytes stops the start, not an approval
+        return kit.app
 
     from durable_harness.aws.events import announce_slice
     from durable_harness.aws.runtime import build_runtime
@@ -49,7 +53,8 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
     runtime = build_runtime(env)
     signal = CommitSignal()  # the commits of the first slices this function runs itself
     flush = float(env.get("STREAM_FLUSH_SECONDS", "0.07"))
-    runner = Runner(agent, runtime.store, runtime.log, flush_interval=flush, on_commit=signal.notify)
+    runner = Runner(agent, runtime.store, runtime.log, flush_interval=flush, on_commit=signal.notify, agent_id=spec)
+    runner.approval_secret.check()  # read now: a secret under 32 bytes fails the function's start-up
     # A run written elsewhere (by the slice function) is followed by reading the log's new items
     # with one Query when the writer's next flush is due, or every 50 ms until it knows, backing
     # off to 1 s while the run is quiet.

@@ -18,7 +18,6 @@ import gc
 gc.disable()  # while the handler's modules load (see the end of this module)
 
 import asyncio
-import os
 from functools import cache
 from typing import Any
 
@@ -28,7 +27,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from durable_harness.aws.events import EventPublisher, kind_for_status
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.aws.tracing import capture_lambda_handler
-from durable_harness.cli import DEFAULT_AGENT, load_agent
+from durable_harness.cli import agent_spec, load_agent
 from durable_harness.errors import HarnessError, RunNotFoundError
 from durable_harness.hardening import deny_proc_reads
 from durable_harness.runner.runner import Runner
@@ -46,6 +45,7 @@ GENERIC_MESSAGES = {
     "Runtime.ExitError": "The run failed: its worker stopped unexpectedly.",
     "Lambda.Unknown": "The run failed: its worker stopped unexpectedly (a timeout or out of memory).",
     "Runtime.OutOfMemory": "The run failed: its worker ran out of memory.",
+    "OtherAgentError": "The run failed: another agent started it, and the stack's Agent parameter has changed since.",
 }
 DEFAULT_MESSAGE = "The run failed because of an internal error."
 MAX_LOGGED_CAUSE = 4000
@@ -60,8 +60,9 @@ def client_message(error_name: str) -> str:
 def _runtime() -> tuple[AwsRuntime, Runner]:
     """The AWS adapters and the runner, built once per container on first use."""
     runtime = build_runtime()
-    agent = load_agent(os.environ.get("AGENT", DEFAULT_AGENT))
-    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=0)
+    spec = agent_spec()
+    agent = load_agent(spec)
+    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=0, agent_id=spec)
 
 
 def _announce(events: EventPublisher | None, before: str, state: RunState) -> None:

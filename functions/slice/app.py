@@ -32,7 +32,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from durable_harness.aws.events import announce_slice
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.aws.tracing import capture_lambda_handler
-from durable_harness.cli import DEFAULT_AGENT, load_agent
+from durable_harness.cli import agent_spec, load_agent
 from durable_harness.errors import FencedError, RetryableError
 from durable_harness.hardening import deny_proc_reads
 from durable_harness.runner.runner import Runner
@@ -55,9 +55,12 @@ class RetryableSliceError(Exception):
 def _runtime() -> tuple[AwsRuntime, Runner]:
     """The AWS adapters and the runner, built once per container on first use."""
     runtime = build_runtime()
-    agent = load_agent(os.environ.get("AGENT", DEFAULT_AGENT))
+    spec = agent_spec()
+    agent = load_agent(spec)
     flush = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.07"))  # one DynamoDB write per flush
-    return runtime, Runner(agent, runtime.store, runtime.log, flush_interval=flush)
+    runner = Runner(agent, runtime.store, runtime.log, flush_interval=flush, agent_id=spec)
+    runner.approval_secret.check()  # a secret under 32 bytes fails here, with its own message
+    return runtime, runner
 
 
 def slice_budget(context: LambdaContext | None) -> float:

@@ -19,7 +19,6 @@ import gc
 
 gc.disable()  # while the handler's modules load (see the end of this module)
 
-import os
 from functools import cache
 from typing import Any
 
@@ -29,7 +28,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from durable_harness.aws.events import SCHEDULE_SOURCE, START_RUN_SOURCE, parse_start_run_event
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.aws.tracing import capture_lambda_handler
-from durable_harness.cli import DEFAULT_AGENT, load_agent
+from durable_harness.cli import agent_spec, load_agent
 from durable_harness.errors import InvalidRequestError, ProtocolError, RunExistsError
 from durable_harness.hardening import deny_proc_reads
 from durable_harness.protocol.ui_messages import convert_to_model_messages
@@ -45,8 +44,9 @@ metrics = Metrics()
 def _runtime() -> tuple[AwsRuntime, Runner]:
     """The AWS adapters and the runner, built once per container on first use."""
     runtime = build_runtime()
-    agent = load_agent(os.environ.get("AGENT", DEFAULT_AGENT))
-    return runtime, Runner(agent, runtime.store, runtime.log)
+    spec = agent_spec()
+    agent = load_agent(spec)
+    return runtime, Runner(agent, runtime.store, runtime.log, agent_id=spec)
 
 
 def create_run(runner: Runner, event: dict[str, Any]) -> tuple[str, bool]:

@@ -428,3 +428,29 @@ def test_a_follower_learns_when_the_next_append_is_due(ddb: Any, s3: Any) -> Non
     due = follower.next_commit("r1")
     assert due is not None and 100.8 + 0.07 <= due <= 100.8 + 0.07 + 0.05
     assert new_log(ddb, s3).next_commit("r1") is None  # learnt by reading, per process
+
+
+def test_every_append_and_marker_names_the_key_after_it(log: DynamoChunkLog, ddb: Any) -> None:
+    # The state machine's failure path without Lambda appends error and finish at the log's end;
+    # ASL cannot format a 13-digit key, so every item carries the key that follows it.
+    assert log.open("rx", 1) == 0
+    log.append("rx", 0, chunks(0, 3), 1)
+    log.append("rx", 3, chunks(3, 2), 1)
+    assert log.open("rx", 2) == 5  # a marker at the end, of the newer epoch
+    stored = items(ddb, "rx")
+    for item in stored:
+        start = int(item["sk"]["S"].rpartition("#")[2])
+        assert item["x"]["S"] == item["sk"]["S"][:-13] + f"{start + int(item['n']['N']):013d}"
+    assert stored[-1]["n"]["N"] == "0" and stored[-1]["x"]["S"] == stored[-1]["sk"]["S"]
+
+
+def test_an_append_that_was_throttled_is_reported_as_retried(log: DynamoChunkLog, ddb: Any) -> None:
+    assert log.open("rt", 1) == 0
+    log.append("rt", 0, chunks(0, 1), 1)
+    assert not log.retried("rt")
+    fault = Fault.dynamodb(ddb, "PutItem", "ProvisionedThroughputExceededException", times=2)
+    log.append("rt", 1, chunks(1, 1), 1)  # botocore retried it twice, then it went through
+    assert fault.attempts == 2 and log.retried("rt") and not log.retried("other")
+    log.append("rt", 2, chunks(2, 1), 1)  # at once again
+    assert not log.retried("rt")
+    assert log.read("rt", 0) == chunks(0, 3)

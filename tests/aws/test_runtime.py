@@ -63,6 +63,25 @@ def test_a_missing_variable_is_named(missing: str) -> None:
         build_runtime({**env, missing: "  "}, session=boto3.Session(region_name=REGION))
 
 
+def test_the_chat_slices_heartbeat_interval_and_timeout_come_from_the_environment() -> None:
+    env = {**ENV, "INLINE_HEARTBEAT_SECONDS": "90", "INLINE_HEARTBEAT_INTERVAL": "30"}
+    handover = build_runtime(env, session=boto3.Session(region_name=REGION)).handover
+    assert handover is not None and (handover.timeout_seconds, handover.interval) == (90, 30.0)
+    # Each in-process slice reads its own jittered period (it beats every third of it): between
+    # four fifths of the interval and the interval, never past the timeout the state machine waits.
+    periods = {handover.heartbeat_seconds / 3 for _ in range(200)}
+    assert all(24.0 <= p <= 30.0 for p in periods) and len(periods) > 100
+    # Without an interval: a third of the timeout, as before.
+    handover = build_runtime({**ENV, "INLINE_HEARTBEAT_SECONDS": "30"}, session=boto3.Session()).handover
+    assert handover is not None and handover.interval == 10.0
+
+
+def test_a_heartbeat_interval_over_a_third_of_the_timeout_is_refused() -> None:
+    env = {**ENV, "INLINE_HEARTBEAT_SECONDS": "60", "INLINE_HEARTBEAT_INTERVAL": "30"}
+    with pytest.raises(AwsConfigError, match=r"INLINE_HEARTBEAT_INTERVAL .*ChatSliceHeartbeatTimeout"):
+        build_runtime(env, session=boto3.Session(region_name=REGION))
+
+
 @pytest.mark.parametrize(
     ("name", "value"), [("RUN_TTL_DAYS", "soon"), ("RUN_TTL_DAYS", "0"), ("STATE_MACHINE_ARN", "x")]
 )

@@ -100,12 +100,13 @@ class Resolver:
         region: str = "us-east-1",
         account: str = "123456789012",
         stack_name: str = "durable-harness",
+        partition: str = "aws",
     ) -> None:
         self.template = template
         self.pseudo = {
             "AWS::Region": region,
             "AWS::AccountId": account,
-            "AWS::Partition": "aws",
+            "AWS::Partition": partition,
             "AWS::StackName": stack_name,
             "AWS::URLSuffix": "amazonaws.com",
         }
@@ -187,6 +188,13 @@ class Resolver:
             return str(self._Ref(name))
 
         return _SUB_VAR.sub(substitute, text)
+
+    def _fn_FindInMap(self, arg: list[Any]) -> Any:
+        name, top, second = (str(self.resolve(a)) for a in arg)
+        try:
+            return self.template["Mappings"][name][top][second]
+        except KeyError:  # what CloudFormation refuses the template with
+            raise KeyError(f"Unable to get mapping for {name}::{top}::{second}") from None
 
     def _fn_If(self, arg: list[Any]) -> Any:
         return self.resolve(arg[1] if self.condition(arg[0]) else arg[2])

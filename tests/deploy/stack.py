@@ -34,6 +34,12 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   only at its next heartbeat or its timeout; a task being entered) ends the execution ``FAILED``
   when that state then fails (AWS: ``ABORTED``, at once). :func:`repair_errors_after_stop` keeps
   it ``ABORTED``; a short heartbeat keeps the callback case quick.
+* a callback (``SendTaskSuccess``/``Failure``/``Heartbeat``) that comes between a
+  ``.waitForTaskToken`` task's call (which hands the token out: ``AwaitChatSlice`` writes it to
+  the run record) and the task starting to wait is lost: moto makes the heartbeat wait after the
+  call, and that wait ignores an outcome already given (a heartbeat then is ``InvalidToken``), so
+  the task waits out its heartbeat timeout. On AWS the token is valid as soon as it exists.
+  :func:`repair_early_callbacks` hands such a callback to the wait when it begins.
 * EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
   ``send_to_targets``): :mod:`.eventbridge` delivers to them as EventBridge does (retry policy,
   dead-letter queue). ``TestEventPattern`` is not implemented: tests match the sample event
@@ -57,7 +63,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -74,9 +80,11 @@ from moto.secretsmanager.models import secretsmanager_backends
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_aws_sdk,
+    state_task_service_dynamodb,
     state_task_service_lambda,
     state_task_service_sfn,
 )
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 
@@ -195,19 +203,52 @@ def repair_errors_after_stop() -> Any:
 
 
 def attribute_sdk_tasks() -> Any:
-    """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) so that the calls it makes
-    are recorded as the state machine's (its role's policies are what IAM holds them against)."""
-    service = state_task_service_aws_sdk.StateTaskServiceAwsSdk
-    original = service._eval_service_task
+    """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) and its optimized DynamoDB
+    integration (``arn:aws:states:::dynamodb:...``) so that the calls they make are recorded as the
+    state machine's (its role's policies are what IAM holds them against)."""
+    patches = ExitStack()
+    services = (state_task_service_aws_sdk.StateTaskServiceAwsSdk, state_task_service_dynamodb.StateTaskServiceDynamoDB)
+    for service in services:
+        original = service._eval_service_task
 
-    def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        token = ACTOR.set("RunStateMachine")
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            ACTOR.reset(token)
+        def evaluate(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            token = ACTOR.set("RunStateMachine")
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                ACTOR.reset(token)
 
-    return mock.patch.object(service, "_eval_service_task", evaluate)
+        patches.enter_context(mock.patch.object(service, "_eval_service_task", evaluate))
+    return patches
+
+
+def repair_early_callbacks() -> Any:
+    """Patch moto so that a callback given before a ``.waitForTaskToken`` task waits is not lost.
+
+    moto sets up a task's heartbeat wait only after the task's call returned; a ``SendTask*``
+    in between (the token is out: whoever got it may answer at once) finds no wait to wake, and
+    the wait that then begins sees neither the outcome nor the heartbeat. Here such a wait
+    begins woken, so it takes the outcome (or counts the heartbeat) as AWS does.
+    """
+    setup, heartbeat = CallbackEndpoint.setup_heartbeat_endpoint, CallbackEndpoint.notify_heartbeat
+
+    def setup_heartbeat_endpoint(self: Any, heartbeat_seconds: int) -> Any:
+        endpoint = setup(self, heartbeat_seconds)
+        # notify() sets the outcome before it looks for this endpoint; set here, then looked at:
+        # one of the two sees the other.
+        if self.get_outcome() is not None or getattr(self, "_early_heartbeat", False):
+            endpoint.notify()
+        return endpoint
+
+    def notify_heartbeat(self: Any) -> bool:
+        if self._heartbeat_endpoint is None:
+            self._early_heartbeat = True  # the wait has not begun: it begins with this heartbeat
+            return True
+        return bool(heartbeat(self))
+
+    return mock.patch.multiple(
+        CallbackEndpoint, setup_heartbeat_endpoint=setup_heartbeat_endpoint, notify_heartbeat=notify_heartbeat
+    )
 
 
 class SandboxKilled(Exception):
@@ -245,9 +286,13 @@ class MotoStack:
         *,
         secrets: Mapping[str, tuple[str, str]] | None = None,
         stack_name: str = STACK_NAME,
+        definition_edit: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """``secrets`` maps a parameter to ``(name, value)``: a secret created before the stack,
-        whose ARN becomes the parameter's value."""
+        whose ARN becomes the parameter's value. ``definition_edit`` changes the parsed state
+        machine definition before it is created (a test shortens retries that would wait minutes:
+        moto sleeps them in real time)."""
+        self.definition_edit = definition_edit
         self.template = load_template()
         self.secrets = dict(secrets or {})
         self.stack_name = stack_name
@@ -256,9 +301,16 @@ class MotoStack:
         self.by_name: dict[str, DeployedFunction] = {}
         self.calls: list[Call] = []
         self.invocations: list[Invocation] = []
+        self.refused: list[tuple[str, str]] = []
+        """``(function, error code)`` of every invocation an injected fault refused."""
         self.state_machine_arn = ""
         self.rule_pattern: dict[str, Any] = {}
         self.lambda_targets = LambdaTargets()
+        self.invoke_faults: dict[str, list[str]] = {}
+        """Per function: error codes its next synchronous invocations (the state machine's
+        lambda:invoke tasks) fail with, as Lambda's answer to ``Invoke`` (a throttle: the handler
+        never runs), one per invocation; ``""`` lets one through; a code ending in ``*`` stays
+        (every later one fails)."""
         self.async_invoke_faults: dict[str, list[str]] = {}
         """Per function: error codes its next asynchronous invocations fail with (Lambda's answer
         to the ``Invoke`` call itself, e.g. a throttle), one per invocation."""
@@ -281,6 +333,7 @@ class MotoStack:
             repair_lambda_unknown(),
             attribute_sdk_tasks(),
             repair_errors_after_stop(),
+            repair_early_callbacks(),
             self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")
@@ -413,6 +466,10 @@ class MotoStack:
         sm = resources["RunStateMachine"]["Properties"]
         substitutions = {k: str(v) for k, v in r.resolve(sm["DefinitionSubstitutions"]).items()}
         definition = re.sub(r"\$\{(\w+)\}", lambda m: substitutions[m.group(1)], ASL_PATH.read_text())
+        if self.definition_edit is not None:
+            parsed = json.loads(definition)
+            self.definition_edit(parsed)
+            definition = json.dumps(parsed)
         self.state_machine_name = r.resolve(sm["Name"])
         self.state_machine_policies = r.resolve(sm["Policies"])
         self.state_machine_arn = self.client("stepfunctions").create_state_machine(
@@ -468,6 +525,12 @@ class MotoStack:
         if faults and str(request_headers.get("x-amz-invocation-type")) == "Event":
             code = faults.pop(0)  # Lambda refused the invocation itself: the handler never runs
             raise LambdaClientError(code, f"simulated {code} from Lambda's Invoke API")
+        faults = self.invoke_faults.get(fn.logical_id)
+        if faults and str(request_headers.get("x-amz-invocation-type")) != "Event":
+            code = faults[0].rstrip("*") if faults[0].endswith("*") else faults.pop(0)
+            if code:  # "" lets one invocation through
+                self.refused.append((fn.logical_id, code))
+                raise LambdaClientError(code, f"simulated {code} from Lambda's Invoke API")
         event = json.loads(body) if body else {}
         context = FakeLambdaContext(
             function_name=fn.name, invoked_function_arn=fn.arn, timeout_s=fn.timeout, memory_limit_in_mb=fn.memory
@@ -585,8 +648,11 @@ class MotoStack:
             faults = stack.api_faults.get((actor or "", operation_name))
             if faults:
                 code = faults[0].rstrip("*") if faults[0].endswith("*") else faults.pop(0)
-                error = {"Error": {"Code": code, "Message": f"simulated {code}"}, "ResponseMetadata": {}}
-                raise botocore.exceptions.ClientError(error, operation_name)  # type: ignore[arg-type]
+                metadata = {"HTTPStatusCode": 400, "RequestId": "simulated"}  # what moto's integrations read
+                error = {"Error": {"Code": code, "Message": f"simulated {code}"}, "ResponseMetadata": metadata}
+                # The service's modeled exception where it has one (as botocore raises it): Step
+                # Functions' AWS SDK integration names the error after its class.
+                raise client.exceptions.from_code(code)(error, operation_name)
             return original(client, operation_name, api_params)
 
         return recording

@@ -13,6 +13,8 @@ import threading
 import pytest
 from durable_harness.approvals import verify_tool_approval
 from durable_harness.aws.stepfunctions import execution_name
+from durable_harness.messages import TextPart, UserMessage
+from durable_harness.runner.runner import Runner
 
 from . import agents
 from .chat import call, load_chat_app, sample_event, with_path
@@ -116,6 +118,23 @@ def test_a_fatal_error_ends_in_the_finalizer_with_error_and_finish(stack: MotoSt
     assert agents.SECRET not in state.model_dump_json()
 
 
+def test_a_run_of_another_agent_than_the_stacks_fails_with_a_message_that_says_so(stack: MotoStack) -> None:
+    # A run recorded by the stack's agent before its Agent parameter changed: the slice function
+    # (of the agent now) does not drive it, and the finalizer ends it saying why.
+    runtime = runtime_of(stack)
+    before = Runner(agents.build_agent(), runtime.store, runtime.log, agent_id="tests.deploy.agents:before")
+    run_id = before.create_run([UserMessage(content=[TextPart(text="Check alpha and beta.")])]).run_id
+    runtime.orchestrator.start(run_id)
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "FAILED"
+    [slice_error] = [s.error for s in stack.calls_of("SliceFunction", run_id) if s.error]
+    assert slice_error == "OtherAgentError"
+    state = state_of(stack, run_id)
+    assert state.status == "failed" and state.error is not None and "Agent parameter has changed" in state.error
+    assert types(log_of(stack, run_id)) == ["start", "error", "finish"]
+    assert agents.CONTROL.executions == {} and not any(agents.CONTROL.model_calls)
+
+
 @pytest.mark.stack_parameters(SlicesPerExecution="2")
 def test_a_long_run_continues_as_new_with_the_same_run_id(stack: MotoStack) -> None:
     run_id = start_run(stack)
@@ -172,8 +191,11 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     assert announced == [("Run Started", run_id, "ready_for_next_step"), ("Run Cancelled", run_id, "cancelled")]
 
 
+SIGNING_KEY = "s3cr3t-signing-key-0123456789abcdef"
+
+
 @pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
-@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", "s3cr3t-signing-key"))
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", SIGNING_KEY))
 def test_a_run_that_needs_approval_pauses_with_a_request_signed_by_the_secret(stack: MotoStack) -> None:
     run_id = start_run(stack, "Remove gamma.")
     [execution] = stack.wait_for_executions(run_id)
@@ -185,7 +207,7 @@ def test_a_run_that_needs_approval_pauses_with_a_request_signed_by_the_secret(st
     assert types(chunks)[-1] == "finish"
     # Signed with the key the slice read from Secrets Manager (TOOL_APPROVAL_SECRET_ARN).
     assert verify_tool_approval(
-        "s3cr3t-signing-key", request["signature"], request["approvalId"], "c9", "remove", {"name": "gamma"}
+        SIGNING_KEY, request["signature"], request["approvalId"], "c9", "remove", {"name": "gamma"}
     )
     assert "s3cr3t" not in json.dumps(chunks)
     assert agents.CONTROL.executions == {}  # nothing runs before the user answers

@@ -105,8 +105,8 @@ def test_the_sdk_floor_has_the_conditional_writes_the_chunk_log_uses() -> None:
 def test_the_chat_function_streams_through_the_lambda_web_adapter() -> None:
     props = RESOURCES["ChatFunction"]["Properties"]
     assert props["Handler"] == "run.sh" and props["Timeout"] == 900
-    assert props["Layers"] == [
-        {"Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:753240598075:layer:LambdaAdapterLayerArm64:26"}
+    assert resolved().resolve(props["Layers"]) == [
+        "arn:aws:lambda:us-east-1:753240598075:layer:LambdaAdapterLayerArm64:26"
     ]
     env = props["Environment"]["Variables"]
     assert env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap"
@@ -225,7 +225,10 @@ def test_the_slice_task_retries_the_slice_functions_retryable_error_and_catches_
     assert {"Lambda.TooManyRequestsException", "Sandbox.Timedout", "States.Timeout"} <= retried
     # Lambda reports a timed-out or out-of-memory invocation as Lambda.Unknown: redo it from the checkpoint.
     assert "Lambda.Unknown" in retried
-    assert all(retry["MaxAttempts"] <= 6 and retry["BackoffRate"] >= 2 for retry in task["Retry"])  # bounded
+    [throttle] = [r for r in task["Retry"] if "Lambda.TooManyRequestsException" in r["ErrorEquals"]]
+    others = [r for r in task["Retry"] if r is not throttle]
+    assert all(retry["MaxAttempts"] <= 6 and retry["BackoffRate"] >= 2 for retry in others)  # bounded
+    _assert_retries_a_throttle_for_minutes(throttle)
     assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Finalize"}]
     assert set(task["ResultSelector"]) == {"status.$", "slices.$"}  # only the small result travels
 
@@ -274,7 +277,35 @@ def test_only_the_chat_function_answers_callbacks_and_only_the_state_machine_rec
     [record] = [s for s in machine if s.get("Sid") == "RecordChatSliceTaskToken"]
     assert record["Action"] == "dynamodb:UpdateItem" and record["Resource"] == {"Fn::GetAtt": ["RunsTable", "Arn"]}
     env = RESOURCES["ChatFunction"]["Properties"]["Environment"]["Variables"]
-    assert env["SLICE_SECONDS"] == {"Ref": "SliceSeconds"} and int(env["INLINE_HEARTBEAT_SECONDS"]) >= 1
+    assert env["SLICE_SECONDS"] == {"Ref": "SliceSeconds"}
+    assert env["INLINE_HEARTBEAT_SECONDS"] == {"Ref": "ChatSliceHeartbeatTimeout"}
+    assert env["INLINE_HEARTBEAT_INTERVAL"] == {"Ref": "ChatSliceHeartbeatInterval"}
+
+
+def test_heartbeats_stay_under_send_task_heartbeats_quota_at_10000_runs() -> None:
+    params = TEMPLATE["Parameters"]
+    interval, timeout = params["ChatSliceHeartbeatInterval"]["Default"], params["ChatSliceHeartbeatTimeout"]["Default"]
+    # Each run's interval is jittered down by up to a fifth (aws/handover.py): on average 0.9 of it.
+    # 10,000 first slices in the chat function at once send 10,000 / (0.9 * interval) a second,
+    # under SendTaskHeartbeat's 500 a second refill of the largest Regions, with headroom.
+    assert 10_000 / (0.9 * interval) <= 0.8 * 500
+    # The state machine waits three intervals: one lost (throttled) heartbeat hands nothing over.
+    assert timeout >= 3 * interval
+
+
+def _longest_wait(retrier: dict[str, Any]) -> float:
+    """The seconds a retrier waits in all before it gives up, without jitter (the most it waits)."""
+    interval, rate, cap = retrier["IntervalSeconds"], retrier["BackoffRate"], retrier.get("MaxDelaySeconds")
+    delays = [interval * rate**i for i in range(retrier["MaxAttempts"])]
+    return sum(min(d, cap) if cap else d for d in delays)
+
+
+def _assert_retries_a_throttle_for_minutes(retrier: dict[str, Any]) -> None:
+    # A sustained throttle (the account's concurrency used up by open streams) lasts minutes: the
+    # retrier outlasts 10 of them, backs off, jitters (FULL: on average half of it, about 8).
+    assert set(retrier["ErrorEquals"]) == {"Lambda.TooManyRequestsException", "Lambda.EC2ThrottledException"}
+    assert retrier["BackoffRate"] >= 2 and retrier["JitterStrategy"] == "FULL"
+    assert 600 <= _longest_wait(retrier) <= 1200 and retrier["MaxDelaySeconds"] <= 60
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -420,3 +451,158 @@ def test_the_optional_dashboard_shows_the_run_metrics_and_the_stacks_own_resourc
     assert ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "phys-dead-letters"] in plain
     assert [namespace, "RunsFailed", "service", service] in plain  # the finalizer's own metric
     assert {m[0] for m in plain} <= {"AWS/Lambda", "AWS/States", "AWS/SQS", namespace}
+
+
+# --- issue 22: scale, throttling, model access, partitions ------------------------------------------
+
+NONDEFAULT = json.loads((ROOT / "tests" / "deploy" / "nondefault-parameters.json").read_text())
+ISSUE_22_PARAMETERS = {
+    "SliceReservedConcurrency", "FinalizerReservedConcurrency", "ChatConcurrencyLimit",
+    "TableWarmReadUnitsPerSecond", "TableWarmWriteUnitsPerSecond", "ChatSliceHeartbeatInterval",
+    "ChatSliceHeartbeatTimeout", "MarketplaceProductIds", "AuthTokensSecretArn", "ApprovalSecretArn",
+}  # fmt: skip
+
+
+def test_make_deploy_checks_lints_every_new_parameter_at_a_value_other_than_its_default() -> None:
+    # `make deploy-checks` runs sam validate --lint and cfn-lint on the template with these values as
+    # its defaults (tests/deploy/sam_to_cfn.py --parameters); here: they are real, valid choices.
+    assert set(NONDEFAULT) >= ISSUE_22_PARAMETERS
+    for name, value in NONDEFAULT.items():
+        spec = TEMPLATE["Parameters"][name]
+        assert value != str(spec.get("Default")), name
+        if "AllowedPattern" in spec:
+            assert re.fullmatch(spec["AllowedPattern"], value), name
+        if "MinValue" in spec:
+            assert spec["MinValue"] <= float(value) <= spec["MaxValue"], name
+    assert "--parameters $(NONDEFAULT)" in (ROOT / "Makefile").read_text()
+
+
+def test_reserved_concurrency_and_warm_throughput_are_off_by_default_and_set_by_their_parameters() -> None:
+    functions = {"SliceFunction": "SliceReservedConcurrency", "FinalizerFunction": "FinalizerReservedConcurrency",
+                 "ChatFunction": "ChatConcurrencyLimit"}  # fmt: skip
+    off, on = resolved(), resolved(NONDEFAULT)
+    for logical_id, parameter in functions.items():
+        props = RESOURCES[logical_id]["Properties"]
+        assert "ReservedConcurrentExecutions" not in off.resolve(props)
+        assert on.resolve(props)["ReservedConcurrentExecutions"] == NONDEFAULT[parameter]
+        # Reserving needs headroom a new account does not have (Lambda keeps 100 unreserved).
+        assert "new account" in TEMPLATE["Parameters"][parameter]["Description"] or (
+            "new-account caveat" in TEMPLATE["Parameters"][parameter]["Description"]
+        )
+    table = RESOURCES["RunsTable"]["Properties"]
+    assert "WarmThroughput" not in off.resolve(table)
+    assert on.resolve(table)["WarmThroughput"] == {"ReadUnitsPerSecond": "24000", "WriteUnitsPerSecond": "14000"}
+    writes_only = resolved({"TableWarmWriteUnitsPerSecond": "8000"}).resolve(table)["WarmThroughput"]
+    assert writes_only == {"WriteUnitsPerSecond": "8000"}
+
+
+@pytest.mark.parametrize("logical_id", ["ChatFunction", "SliceFunction"])
+def test_the_roles_that_call_models_may_start_their_marketplace_subscription(logical_id: str) -> None:
+    def statements(overrides: dict[str, str] | None) -> dict[str, dict[str, Any]]:
+        policies = resolved(overrides).resolve(RESOURCES[logical_id]["Properties"]["Policies"])
+        found = [s for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"]]
+        return {s["Sid"]: s for s in found if "Sid" in s}
+
+    default = statements(None)
+    subscribe, view = default["SubscribeToModels"], default["ViewModelSubscriptions"]
+    assert set(subscribe["Action"]) == {"aws-marketplace:Subscribe", "aws-marketplace:Unsubscribe"}
+    # No resource type exists for these actions; Subscribe and Unsubscribe take the product id.
+    assert subscribe["Resource"] == view["Resource"] == "*" and "Condition" not in subscribe
+    assert view["Action"] == "aws-marketplace:ViewSubscriptions"
+    scoped = statements(NONDEFAULT)["SubscribeToModels"]
+    assert scoped["Condition"] == {
+        "ForAnyValue:StringEquals": {"aws-marketplace:ProductId": ["prod-abcdefghijklm", "prod-nopqrstuvwxyz"]}
+    }
+    for other in ("FinalizerFunction", "TriggerFunction"):  # they call no model
+        assert "aws-marketplace" not in json.dumps(RESOURCES[other]["Properties"].get("Policies", []))
+
+
+def test_only_the_aws_partition_deploys_and_elsewhere_the_template_says_so() -> None:
+    layers = RESOURCES["ChatFunction"]["Properties"]["Layers"]
+    assert Resolver(TEMPLATE, partition="aws").resolve(layers)
+    for partition in ("aws-cn", "aws-us-gov"):
+        with pytest.raises(KeyError, match=f"AwsPartitionOnly::{partition}::WebAdapterLayerAccount"):
+            Resolver(TEMPLATE, partition=partition).resolve(layers)
+    assert set(TEMPLATE["Mappings"]["AwsPartitionOnly"]) == {"aws"}
+
+
+def test_secret_parameters_take_only_full_arns() -> None:
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:durable-harness/tokens"
+    for name in [p for p in TEMPLATE["Parameters"] if p.endswith("SecretArn")]:
+        pattern = TEMPLATE["Parameters"][name]["AllowedPattern"]
+        assert re.fullmatch(pattern, "") and re.fullmatch(pattern, arn + "-Ab12Cd"), name
+        assert not re.fullmatch(pattern, arn), name  # partial: IAM never matches the real one
+        assert "full ARN" in TEMPLATE["Parameters"][name]["ConstraintDescription"], name
+
+
+def test_throttles_and_failed_executions_raise_alarms_that_notify_the_topic() -> None:
+    r = resolved({"AlarmTopicArn": "arn:aws:sns:us-east-1:123456789012:ops"})
+    throttles = r.resolve(RESOURCES["ThrottlesAlarm"]["Properties"])
+    watched = {m["MetricStat"]["Metric"]["Dimensions"][0]["Value"] for m in throttles["Metrics"] if "MetricStat" in m}
+    assert watched == {f"phys-{f}" for f in FUNCTIONS}
+    assert {m["MetricStat"]["Metric"]["MetricName"] for m in throttles["Metrics"] if "MetricStat" in m} == {
+        "Throttles"
+    }
+    failed = r.resolve(RESOURCES["FailedExecutionsAlarm"]["Properties"])
+    metrics = {m["MetricStat"]["Metric"]["MetricName"] for m in failed["Metrics"] if "MetricStat" in m}
+    assert metrics == {"ExecutionsFailed", "ExecutionsTimedOut", "ExecutionThrottled"}
+    for alarm in (throttles, failed):
+        assert [m["Id"] for m in alarm["Metrics"] if m.get("ReturnData")] and alarm["Threshold"] == 0
+        assert alarm["AlarmActions"] == alarm["OKActions"] == ["arn:aws:sns:us-east-1:123456789012:ops"]
+
+
+def test_await_chat_slice_retries_its_own_dynamodb_call_and_nothing_else() -> None:
+    task = ASL["States"]["AwaitChatSlice"]
+    retried = {name for retry in task["Retry"] for name in retry["ErrorEquals"]}
+    assert {"DynamoDb.ProvisionedThroughputExceededException", "DynamoDb.ThrottlingException",
+            "DynamoDb.InternalServerErrorException"} <= retried  # fmt: skip
+    # Not the task's outcome: a missed heartbeat, the timeout and the chat function's failure hand
+    # the run over at once (the catch), and a run record that is gone is not retried either.
+    assert not retried & {"States.ALL", "States.Timeout", "States.HeartbeatTimeout", "States.TaskFailed",
+                          "ChatSliceFailed", "DynamoDb.ConditionalCheckFailedException"}  # fmt: skip
+    assert all(r["BackoffRate"] >= 2 and r["JitterStrategy"] == "FULL" for r in task["Retry"])
+
+
+def test_the_finalizer_retries_a_throttle_for_minutes_then_ends_the_run_without_lambda() -> None:
+    states = ASL["States"]
+    finalize = states["Finalize"]
+    [throttle] = [r for r in finalize["Retry"] if "Lambda.TooManyRequestsException" in r["ErrorEquals"]]
+    _assert_retries_a_throttle_for_minutes(throttle)
+    catch = {"ErrorEquals": ["States.ALL"], "ResultPath": "$.finalizer", "Next": "EndWithoutLambda"}
+    assert finalize["Catch"] == [catch]
+    # Every state of that path is a DynamoDB call of the state machine itself, a Pass or a Choice.
+    path = ["EndWithoutLambda", "FindLogEnd", "AppendErrorAndFinish"]
+    assert [states[s]["Resource"] for s in path] == [
+        "arn:aws:states:::dynamodb:updateItem", "arn:aws:states:::aws-sdk:dynamodb:query",
+        "arn:aws:states:::dynamodb:putItem",
+    ]  # fmt: skip
+    # The claim and the append are fenced as Runner.finalize's: the record only if the run has not
+    # ended; the chunks only where no chunks are, with the chunk log's own condition.
+    assert "#epoch = #epoch + :one" in states["EndWithoutLambda"]["Parameters"]["UpdateExpression"]
+    assert "#status IN (:not_started, :ready)" in states["EndWithoutLambda"]["Parameters"]["ConditionExpression"]
+    from durable_harness.aws import chunklog
+
+    append = states["AppendErrorAndFinish"]["Parameters"]
+    assert append["ConditionExpression"] == chunklog._CONDITION
+    # The chunks are what the finalizer's encoder writes, and no cause ever goes in.
+    from durable_harness.protocol.ui_chunks import ErrorChunk, FinishChunk, encode_ui_chunk
+    from durable_harness.runner.state import ENDED_WITHOUT_LAMBDA
+
+    expected = [ErrorChunk(error_text=ENDED_WITHOUT_LAMBDA), FinishChunk(finish_reason="error")]
+    assert append["Item"]["d"]["S"] == "".join(encode_ui_chunk(c) + "\n" for c in expected)
+    policies = RESOURCES["RunStateMachine"]["Properties"]["Policies"]
+    machine = {s.get("Sid"): s for p in policies if isinstance(p, dict) for s in p.get("Statement", [])}
+    assert set(machine["EndRunsWithoutLambda"]["Action"]) == {"dynamodb:Query", "dynamodb:PutItem"}
+
+
+def test_the_readme_deploy_section_lists_every_parameter_and_output() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Deploy to AWS") : readme.index("### Choosing the model")]
+    table_text = section[section.index("| parameter | default | meaning |") : section.index("The stack's outputs")]
+    rows = [line.strip() for line in table_text.splitlines()[2:] if line.strip().startswith("|")]
+    named = set(re.findall(r"`(\w+)`", "\n".join(row.split("|")[1] for row in rows)))
+    assert set(TEMPLATE["Parameters"]) <= named, set(TEMPLATE["Parameters"]) - named
+    outputs = section[section.index("The stack's outputs") : section.index("4. **Point a web client")]
+    assert all(f"`{name}`" in outputs for name in TEMPLATE["Outputs"]), [
+        n for n in TEMPLATE["Outputs"] if f"`{n}`" not in outputs
+    ]

@@ -107,9 +107,20 @@ async def test_a_tampered_approval_never_reaches_the_program(_fast_steps: Path, 
     assert state.status == "finished" and (_fast_steps / "buy-milk.txt").exists()
 
 
-async def test_a_program_killed_mid_step_resumes_from_its_checkpoint_with_reset_step() -> None:
+async def test_a_program_killed_mid_step_resumes_from_its_checkpoint_with_reset_step(tmp_path: Path) -> None:
     whole, _ = await Turns(agents.example).ask(LONG)
-    cut, state = await Turns(agents.kills_mid_step).ask(LONG)
+    turns = Turns(agents.faulty("kill-mid-step", fault_dir=tmp_path))
+    run_id = turns.create([user_message(LONG)], "msg_a")
+    driven = asyncio.create_task(turns.orchestrator.drive(run_id))
+    # The fault is triggered by what the log shows: the second step's call, logged (so shown).
+    deadline = time.monotonic() + 30
+    while not any(c.get("toolCallId") == "call_work_2" for c in log_chunks(turns.log, run_id)):
+        assert time.monotonic() < deadline and not driven.done(), "the second step's call was never logged"
+        await asyncio.sleep(0.01)
+    agents.kill_mid_step(run_id, tmp_path)
+    state = await asyncio.wait_for(driven, 30)
+    assert state is not None
+    cut = log_chunks(turns.log, run_id)
     assert state.status == "finished"
     assert types(cut).count("reset-step") == 1
     reset = types(cut).index("reset-step")
@@ -211,7 +222,7 @@ async def test_stderr_goes_to_the_log_never_to_the_client(tmp_path: Path, caplog
 
 
 def test_the_servers_secrets_never_reach_the_program(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TOOL_APPROVAL_SECRET", "s3cret")
+    monkeypatch.setenv("TOOL_APPROVAL_SECRET", "s3cret-" + "0" * 32)
     harness = ProcessHarness(command=["true"], env={"EXTRA": "1"})
     env = harness.child_env()
     assert not HIDDEN_ENV & env.keys() and env["EXTRA"] == "1" and env["PATH"]

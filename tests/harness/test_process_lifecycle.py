@@ -234,10 +234,11 @@ print(before, libc.prctl(3, 0, 0, 0, 0))
 
 
 @pytest.mark.parametrize("function", ["chat", "slice", "trigger", "finalizer"])
-def test_every_function_makes_its_process_non_dumpable(function: str) -> None:
-    # A fresh interpreter per function: loading its module is what a Lambda cold start does.
+def test_every_function_makes_its_process_non_dumpable(function: str, tmp_path: Path) -> None:
+    # A fresh interpreter per function: loading its module is what a Lambda cold start does (the
+    # chat function's, without RUNS_TABLE, builds the local kit in DATA_DIR).
     env = {"PATH": os.environ.get("PATH", ""), "AWS_REGION": "us-east-1", "POWERTOOLS_TRACE_DISABLED": "true",
-           "PYTHONPATH": str(ROOT / "layers" / "harness")}  # fmt: skip
+           "PYTHONPATH": str(ROOT / "layers" / "harness"), "DATA_DIR": str(tmp_path / "data")}  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-c", LOAD_FUNCTION, function], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )

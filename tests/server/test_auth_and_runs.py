@@ -33,7 +33,7 @@ def auth(token: str) -> dict[str, str]:
 
 @pytest.fixture
 def kit(tmp_path: Path) -> LocalKit:
-    agent = build_demo_agent(delay=0, approval_secret=ApprovalSecret.from_value("s3cret"))
+    agent = build_demo_agent(delay=0, approval_secret=ApprovalSecret.from_value("s3cret-" + "0" * 32))
     return build_local_kit(agent, tmp_path / "data", authenticator=TokenAuth.from_entries(HASHES))
 
 
@@ -195,6 +195,19 @@ def test_the_local_server_refuses_iam_mode_unless_a_test_allows_it(tmp_path: Pat
     assert isinstance(authenticator_from_env({"AUTH_MODE": "iam"}), IamAuth)
     allowed = {"AUTH_MODE": "iam", "AUTH_IAM_ALLOW_LOCAL": "1"}
     assert isinstance(authenticator_from_env(allowed, default_mode="none", local=True), IamAuth)
+
+
+def test_the_local_server_refuses_an_approval_secret_under_32_bytes_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENT", "TOOL_APPROVAL_SECRET_ARN")}
+    env["TOOL_APPROVAL_SECRET"] = "not-32-bytes"
+    command = [sys.executable, "-m", "durable_harness", "serve", "--data-dir", str(tmp_path), "--port", "1"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "the approval secret (TOOL_APPROVAL_SECRET) is 12 bytes; it must be at least 32 random bytes "
+        "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    ]
+    assert "not-32-bytes" not in done.stderr + done.stdout
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
+from durable_harness import Agent
 from durable_harness.demo import build_demo_agent
+from durable_harness.models.base import ModelRequest, ModelStreamPart
+from durable_harness.models.scripted import FunctionModel, text_step
 from durable_harness.protocol.sse import SSEParser
 from durable_harness.server.local import LocalKit, build_local_kit
 
@@ -201,3 +204,58 @@ def test_a_retried_post_gets_the_run_it_already_started(base_url: str, kit: Loca
     assert parse_sse_body(first.content) == parse_sse_body(second.content)
     other = post_chat(base_url, {"id": "chat-2", "messages": body["messages"]})
     assert other.headers["x-workflow-run-id"] != first.headers["x-workflow-run-id"]
+
+
+def test_a_regenerate_starts_a_new_run_and_a_retried_regenerate_gets_it_again(tmp_path: Path) -> None:
+    # The AI SDK's regenerate sends the same history as the submit it answers again (the last
+    # assistant message removed), with `trigger` and the replaced message's `messageId`.
+    calls: list[int] = []
+
+    def answer(request: ModelRequest, step: int) -> list[ModelStreamPart]:
+        calls.append(step)
+        return text_step(f"Answer number {len(calls)}.")
+
+    kit = build_local_kit(Agent(model=FunctionModel(answer)), tmp_path / "data")
+    with serve(kit.app) as base_url:
+        history = [user_message("Tell me a joke", "u-joke")]
+        submit = post_chat(base_url, {"id": "chat-r", "messages": history, "trigger": "submit-message"})
+        first = parse_sse_body(submit.content)
+        assert "Answer number 1." in message_of(first)["parts"][-1]["text"]
+        replaced = first[0]["messageId"]
+
+        body = {"id": "chat-r", "messages": history, "trigger": "regenerate-message", "messageId": replaced}
+        regenerated = post_chat(base_url, body)
+        assert regenerated.status_code == 200
+        chunks = parse_sse_body(regenerated.content)
+        assert regenerated.headers["x-workflow-run-id"] != submit.headers["x-workflow-run-id"]
+        assert len(calls) == 2 and message_of(chunks)["parts"][-1]["text"] == "Answer number 2."
+        assert chunks[0]["messageId"] != replaced  # a new assistant message replaces the old one
+
+        retried = post_chat(base_url, body)  # the same regenerate again: the run it started
+        assert retried.headers["x-workflow-run-id"] == regenerated.headers["x-workflow-run-id"]
+        again = post_chat(base_url, {"id": "chat-r", "messages": history, "trigger": "submit-message"})
+        assert again.headers["x-workflow-run-id"] == submit.headers["x-workflow-run-id"]
+        assert len(calls) == 2
+
+        # regenerate() with no argument sends no messageId: each one is a new run.
+        bare = {"id": "chat-r", "messages": history, "trigger": "regenerate-message"}
+        ids = {post_chat(base_url, bare).headers["x-workflow-run-id"] for _ in range(2)}
+        assert len(ids) == 2 and len(calls) == 4
+
+
+@pytest.mark.parametrize(
+    ("extra", "code"),
+    [
+        ({"trigger": "resume-stream"}, "invalid_trigger"),
+        ({"trigger": 3}, "invalid_trigger"),
+        ({"trigger": "regenerate-message", "messageId": ""}, "bad_request"),
+        ({"trigger": "regenerate-message", "messageId": ["m"]}, "bad_request"),
+    ],
+)
+def test_a_bad_trigger_or_message_id_is_a_400_that_says_what_to_send(
+    base_url: str, extra: dict[str, Any], code: str
+) -> None:
+    response = post_chat(base_url, {"messages": [WEATHER], **extra})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == code and ("'trigger'" in error["message"] or "'messageId'" in error["message"])

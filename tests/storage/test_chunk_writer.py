@@ -12,6 +12,7 @@ import pytest
 from durable_harness.errors import FencedError, StorageError
 from durable_harness.ports import ChunkLog
 from durable_harness.storage import ChunkWriter, FileChunkLog, MemoryChunkLog
+from durable_harness.storage.writer import MAX_BACKOFF
 
 RUN = "run-1"
 
@@ -306,3 +307,45 @@ def test_write_outside_an_event_loop_is_an_error() -> None:
     with pytest.raises(RuntimeError):
         writer.write("a")
     assert writer.end == 0
+
+
+class StrainedLog(MemoryChunkLog):
+    """A memory log that reports, per append, whether the store had to retry it (scripted), as
+    DynamoChunkLog.retried does for a throttled PutItem."""
+
+    def __init__(self, strained: list[bool]) -> None:
+        super().__init__()
+        self.script = list(strained)
+        self.last = False
+
+    def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
+        self.last = self.script.pop(0)
+        return super().append(run_id, start, chunks, epoch)
+
+    def retried(self, run_id: str) -> bool:
+        return self.last
+
+
+async def test_the_pace_backs_off_while_appends_are_retried_and_comes_back() -> None:
+    script = [True] * 6 + [False] * 6
+    log = StrainedLog(script)
+    writer = ChunkWriter(log, RUN, epoch=0, start=0, flush_interval=0.1)
+    paces = []
+    for i in range(len(script)):
+        writer.write(f'{{"i":{i}}}')
+        await writer.flush()  # an explicit flush skips the interval: no waiting in this test
+        paces.append(round(writer.flush_interval, 3))
+    # Doubles after each throttled append up to MAX_BACKOFF times the base, halves back after each
+    # clean one; the chunks are all there, in order.
+    assert paces == [0.2, 0.4, 0.8, 1.6, 1.6, 1.6, 0.8, 0.4, 0.2, 0.1, 0.1, 0.1]
+    assert max(paces) == 0.1 * MAX_BACKOFF
+    assert log.read(RUN, 0) == [f'{{"i":{i}}}' for i in range(len(script))]
+    await writer.close()
+
+
+async def test_a_log_that_reports_no_strain_keeps_the_pace() -> None:
+    writer = ChunkWriter(MemoryChunkLog(), RUN, epoch=0, start=0, flush_interval=0.1)
+    writer.write('{"i":0}')
+    await writer.flush()
+    assert writer.flush_interval == 0.1
+    await writer.close()

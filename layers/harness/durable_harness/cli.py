@@ -10,6 +10,7 @@ import logging
 import os
 import secrets
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .approvals import DEFAULT_SECRET_ENV
@@ -19,6 +20,12 @@ if TYPE_CHECKING:  # imported by the commands only: the Lambda functions import 
     import argparse
 
 DEFAULT_AGENT = "my_agent:build_agent"
+
+
+def agent_spec(env: Mapping[str, str] = os.environ) -> str:
+    """The ``AGENT`` spec (``module:attribute``) of this process: what loads its agent, and the
+    identity its runs record (``Runner(agent_id=...)``, one rule locally and deployed)."""
+    return env.get("AGENT") or DEFAULT_AGENT
 
 
 def load_agent(spec: str, **kwargs: Any) -> Harness:
@@ -58,7 +65,7 @@ def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from .agent.pool import tool_threads
-    from .errors import AgentConfigError
+    from .errors import AgentConfigError, HarnessError
     from .hardening import deny_proc_reads
     from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
@@ -75,7 +82,13 @@ def _serve(args: argparse.Namespace) -> None:
         authenticator = authenticator_from_env(os.environ, default_mode="none", local=True)
     except ValueError as exc:
         raise SystemExit(f"authentication: {exc}") from None
-    kit = build_local_kit(agent, args.data_dir, slice_seconds=args.slice_seconds, authenticator=authenticator)
+    kit = build_local_kit(
+        agent, args.data_dir, slice_seconds=args.slice_seconds, authenticator=authenticator, agent_id=args.agent
+    )
+    try:
+        kit.runner.approval_secret.check()  # read now: a bad secret stops the start, not the first approval
+    except HarnessError as exc:  # too short, or its Secrets Manager secret cannot be read
+        raise SystemExit(str(exc)) from None
     url = f"http://{args.host}:{args.port}"
     print(f"durable-harness: chat app on {url}  (data in {args.data_dir}, agent {args.agent})", flush=True)
     question = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "What is the weather in Paris?"}]}
@@ -119,7 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     serve.add_argument("--data-dir", default=os.environ.get("DATA_DIR", ".data"))
-    serve.add_argument("--agent", default=os.environ.get("AGENT", DEFAULT_AGENT), help="module:attribute")
+    serve.add_argument(
+        "--agent", default=agent_spec(), help="module:attribute (env AGENT): the agent, and its runs' identity"
+    )
     serve.add_argument("--slice-seconds", type=float, default=float(os.environ.get("SLICE_SECONDS", "600")))
     serve.add_argument("--demo-delay", type=float, default=float(os.environ.get("DEMO_DELAY", "0.03")))
     serve.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))

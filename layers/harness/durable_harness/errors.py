@@ -78,6 +78,21 @@ class CorruptCheckpointError(FatalError):
     """A stored checkpoint cannot be read back: a record is malformed or does not apply to its state."""
 
 
+class FormatVersionError(FatalError):
+    """A stored run record, chunk log or data folder is in a storage format this release does not
+    read (another release wrote it, or one from before format versions). The message names the
+    format found, the one this release reads, and what to do."""
+
+    def __init__(self, what: str, found: object, expected: int, remedy: str) -> None:
+        shown = "none (written before format versions)" if found in (None, "", 0) else found
+        super().__init__(
+            f"{what} is in storage format {shown}, and this release reads format {expected}: it was"
+            f" written by another release of durable-harness. {remedy}"
+        )
+        self.found = found
+        self.expected = expected
+
+
 # --- secrets --------------------------------------------------------------------------------------
 
 
@@ -141,6 +156,11 @@ class AgentConfigError(FatalError):
     """The agent definition is invalid (for example, two tools with one name)."""
 
 
+class ApprovalSecretError(FatalError):
+    """The approval signing secret is unusable (shorter than 32 bytes). The message names where it
+    came from, never its value."""
+
+
 class InvalidRequestError(FatalError):
     """A client request cannot be served as sent; ``code`` and the message say what to fix."""
 
@@ -148,3 +168,18 @@ class InvalidRequestError(FatalError):
         super().__init__(message)
         self.code = code
         self.status = status
+
+
+class OtherAgentError(InvalidRequestError):
+    """The run belongs to another agent than this process's (its ``AGENT``): only a server of that
+    agent drives it, continues it or answers its approvals (a 409); any server reads it."""
+
+    def __init__(self, run_id: str, agent: str, mine: str) -> None:
+        super().__init__(
+            f"Run {run_id} belongs to the agent {agent!r}, and this server runs {mine!r}: continue it "
+            f"(or answer its approvals) on a server started with AGENT={agent}.",
+            code="other_agent",
+            status=409,
+        )
+        self.run_id = run_id
+        self.agent = agent

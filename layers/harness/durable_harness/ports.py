@@ -197,8 +197,11 @@ class SliceHandover(Protocol):
     slice of its own), or ``fail`` makes it take over at once.
     """
 
-    heartbeat_seconds: float
-    """The longest the driver waits for a heartbeat before it takes the run over."""
+    @property
+    def heartbeat_seconds(self) -> float:
+        """Three times the interval of the process's heartbeats (read once per slice; it may be
+        jittered): the driver waits at least this long for one before it takes the run over."""
+        ...
 
     def start(self, run_id: str) -> None:
         """Start driving the run, waiting for the in-process slice first. Idempotent."""
@@ -222,6 +225,11 @@ ACTIVE_STATUSES: tuple[str, ...] = ("not_started", "ready_for_next_step")
 """Checkpoint statuses of a run that still needs slices (neither terminal nor paused for approval)."""
 
 
+AGENT_META = "agent"
+"""The key of a run's agent in its record's ``meta`` (``checkpoint_of`` copies it out of the state),
+so that the local orchestrator tells its own runs from the run leases alone (``Lease.agent``)."""
+
+
 @dataclass(frozen=True)
 class Lease:
     """Who drives a run until when (local mode, decision D13); ``owner`` None: nobody does."""
@@ -230,6 +238,9 @@ class Lease:
     owner: str | None
     expires_at: float = 0.0
     """Wall-clock seconds (``time.time()``): processes sharing a data folder share no other clock."""
+    agent: str | None = None
+    """The run's agent (``RunState.agent``, kept in its record's ``meta``): an orchestrator drives
+    only its own agent's runs."""
 
 
 @runtime_checkable
@@ -258,5 +269,5 @@ class RunLeases(Protocol):
 
     def lease_candidates(self, limit: int = 1000) -> list[Lease]:
         """Runs that may need a driver: every run that is neither terminal nor paused, and every run
-        with a lease, each with its lease (``owner`` None when it has none)."""
+        with a lease, each with its lease (``owner`` None when it has none) and its agent."""
         ...

@@ -10,6 +10,7 @@ A botocore client and a lite client pointed at the same server read exactly the 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ class Reply:
     wait: dict[int, threading.Event] = field(default_factory=dict)  # piece index -> sent once set
     reset: bool = False  # close the connection without answering
     cut: bool = False  # close the connection after the pieces, before the body's end
+    pace: float = 0.0  # seconds before each piece after the first: an endpoint's pace, not a test's wait
 
 
 @dataclass
@@ -82,6 +84,8 @@ class ScriptedServer:
                     if gate is not None and not gate.wait(10):
                         self.close_connection = True
                         return
+                    if reply.pace and index:
+                        time.sleep(reply.pace)
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if reply.chunked else piece)
                     self.wfile.flush()
                 if reply.cut:

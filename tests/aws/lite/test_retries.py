@@ -4,11 +4,13 @@ with the same outcome: success with ``RetryAttempts``, or botocore's exception c
 
 The server is the test's own (moto cannot fail on demand): each request it reads takes the next
 action of a script: answer with a status, a throttling code, a corrupt CRC32, reset the
-connection, or stall past the client's read timeout.
+connection, stall past the client's read timeout, send a chunked body without end, or send the
+response a byte at a time (``test_limits.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -80,6 +82,11 @@ class FaultServer:
                     owner.stop.wait(5)
                     self.close_connection = True
                     return
+                if action in ("endless", "trickle"):
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):  # the client gave up and closed its connection
+                        (self._endless if action == "endless" else self._trickle)()
+                    return
                 status, body, crc = action if len(action) == 3 else (*action, None)
                 self.send_response(status)
                 self.send_header("content-type", "application/x-amz-json-1.0")
@@ -88,6 +95,30 @@ class FaultServer:
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _endless(self) -> None:
+                """A chunked body with no end: 64 KiB chunks until the client hangs up (or, so that a
+                client without a limit cannot take the machine's memory, 64 MiB, then the body's end)."""
+                self.send_response(200)
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                piece = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
+                for _ in range(1024):
+                    if owner.stop.is_set():
+                        return
+                    self.wfile.write(piece)
+                self.wfile.write(b"0\r\n\r\n")
+
+            def _trickle(self) -> None:
+                """A sound response, status line and headers included, one byte every 50 ms (each read
+                of the client gets a byte well within its read timeout); 20 s for the whole of it."""
+                head = f"HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {len(OK)}\r\n"
+                data = (head + "x-amzn-requestid: trickle\r\nx-pad: " + "p" * 300 + "\r\n\r\n").encode() + OK
+                for byte in data:
+                    if owner.stop.wait(0.05):  # the endpoint's pace, not a wait for the test
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

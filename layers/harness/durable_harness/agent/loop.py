@@ -441,10 +441,13 @@ class ToolLoopAgent:
     async def _end(self, state: LoopTurnState) -> AsyncIterator[hi.HarnessEvent]:
         # End callbacks run before the output is checked (as in the seed): on_end gets the output
         # when it parses, None when it does not, and the run then fails with the parse error.
+        # Seed 003: only a last step that called no tools holds the answer; a turn that ends on a
+        # tool step (a stop condition, the token budget, a client tool, an approval) has no output.
         output, problem = None, None
-        if self.output is not None and not state.paused:
+        last = state.steps[-1] if state.steps else None
+        if self.output is not None and not state.paused and not (last and last.tool_calls):
             try:
-                output = self.output.parse(state.steps[-1].text if state.steps else "")
+                output = self.output.parse(last.text if last else "")
             except OutputError as exc:
                 problem = exc
         usage = Usage(input_tokens=state.total_usage[0], output_tokens=state.total_usage[1])

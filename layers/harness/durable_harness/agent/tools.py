@@ -27,7 +27,7 @@ from ..errors import AgentConfigError, ToolError
 from ..messages import ModelMessage
 from ..models.base import ToolDefinition
 from .pool import run_in_tool_thread
-from .schema import schema_errors
+from .schema import schema_errors, with_defaults
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 NeedsApproval = bool | Callable[[Any, "ToolContext"], "bool | Awaitable[bool]"]
@@ -50,10 +50,10 @@ class Tool:
     """A tool the model may call.
 
     ``input_model`` (pydantic) validates the input and gives the JSON schema the model sees;
-    otherwise ``input_schema`` is sent as is and checked for its common keywords. ``execute``
-    takes the validated input (and, if it accepts a second argument, the :class:`ToolContext`);
-    sync functions run on the tool thread pool (:mod:`.pool`, ``TOOL_THREADS``). ``timeout`` bounds
-    one execution, in seconds.
+    otherwise ``input_schema`` is sent as is, its defaults are filled in and the input is checked for
+    its common keywords. ``execute`` takes the validated input (and, if it accepts a second
+    argument, the :class:`ToolContext`); sync functions run on the tool thread pool (:mod:`.pool`,
+    ``TOOL_THREADS``). ``timeout`` bounds one execution, in seconds.
     ``context_model`` validates this tool's entry of the agent's ``tools_context``.
     """
 
@@ -87,10 +87,11 @@ class Tool:
     def validate(self, raw_input: Any) -> Any:
         """The tool's input, parsed and validated; raises :class:`ToolError` saying what is wrong."""
         if self.input_model is None:
-            mismatches = schema_errors(raw_input, self.input_schema)
+            value = with_defaults(raw_input, self.input_schema)  # seed 000: the tool gets the defaulted value
+            mismatches = schema_errors(value, self.input_schema)
             if mismatches:
                 raise ToolError(f"Invalid input for tool {self.name}: {'; '.join(mismatches)}")
-            return raw_input
+            return value
         try:
             return self.input_model.model_validate(raw_input)
         except ValidationError as exc:

@@ -2,9 +2,8 @@
 
 The format is :mod:`durable_harness.storage.records`'s; on the runs table (``pk`` = run id)::
 
-    sk = "run"             the head (see DynamoCheckpointStore): counters, status, ``seq``, and the
-                           inline base ``state`` (or ``state_key``, an S3 object, for a record
-                           written before records existed)
+    sk = "run"             the head (see DynamoCheckpointStore): ``format``, counters, status,
+                           ``seq``, and the inline base ``state``
     sk = "run#00000001"... record ``seq``: ``kind`` ("full" / "delta"), ``body`` (S) or, over the
                            store's ``offload_bytes``, ``body_key`` (an immutable S3 object);
                            ``inc``, the incarnation that wrote it; ``expires_at``
@@ -29,6 +28,7 @@ from ..errors import HarnessError, StorageError
 from ._errors import aws_errors, error_code, error_item, translate
 
 __all__ = [
+    "RECORD_FORMAT",
     "RUN_SK",
     "StaleRead",
     "cancel_item",
@@ -46,6 +46,9 @@ __all__ = [
 ]
 
 RUN_SK = "run"
+RECORD_FORMAT = 1
+"""The version of the run record's layout (head and records), in the head's ``format``: a later
+release that changes the layout raises it, and reads (or migrates) a record by what it finds."""
 # Why a transaction was cancelled, when a retry of the slice may well succeed.
 _TRANSIENT_CANCELLATIONS = frozenset(
     {"None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}

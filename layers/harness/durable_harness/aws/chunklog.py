@@ -4,9 +4,10 @@ Layout (keys in :mod:`._logitems`, S3 objects in :mod:`._logseal`). An append (o
 flush) is one item in the runs table, next to the run record: ``pk=<run_id>,
 sk="c#<gen>#<start>"`` with ``n`` (chunks), ``e`` (the writer's epoch), ``w`` (a random id of the
 write), ``t`` (when it was sent, epoch ms), ``d`` (the chunks, one per line; zlib-compressed as
-binary when smaller) and ``expires_at``. An append over ``spill_bytes`` goes to an S3 object first
-and its item holds the key ``k`` instead: the item stays the commit point. The log's count is the
-end of its last item; items are contiguous.
+binary when smaller), ``x`` (the key of the append after it: where the state machine's failure
+path appends ``error`` and ``finish`` when no Lambda can run) and ``expires_at``. An append over
+``spill_bytes`` goes to an S3 object first and its item holds the key ``k`` instead: the item
+stays the commit point. The log's count is the end of its last item; items are contiguous.
 
 Incarnations. ``<gen>`` names the incarnation of the run id: the run record's creation writes the
 empty log of its generation (the segment index ``c#<gen>#~``, sealed 0) in the same transaction,
@@ -22,7 +23,7 @@ leaves an unrecorded object; the next seal writes the same key again and records
 fails is only logged: the items stay readable, and the next seal covers what this one missed.
 
 Reading prefers the items (one Query reads any stretch near the end) and falls back to the sealed
-segments for whatever has no item (a log migrated from the previous format, or items deleted).
+segments for whatever has no item (items deleted).
 Hot items carry the same TTL as the run's S3 objects (``ttl_seconds``: the runtime passes the
 chunk retention), so they outlive the record: dropping them earlier would save little (a run's
 items are a few hundred KB) and would lose a tail whose seal failed.
@@ -56,8 +57,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..errors import FencedError, HarnessError, LogConflictError, StorageError
 from ..storage.memory import check_chunks, check_read_args
 from ._errors import error_code, error_item, translate
-from ._logitems import MAX_INDEX, IndexItem, LogItem, chunk_key, decode_item, encode_chunks, generation
-from ._loglegacy import LegacyLog
+from ._logitems import MAX_INDEX, LogItem, chunk_key, decode_item, encode_chunks, generation
 from ._logread import LogReader, NewGeneration, Top, lk
 from ._logseal import Segments
 
@@ -127,15 +127,10 @@ class DynamoChunkLog:
         self._segments = Segments(
             s3_client=s3_client, bucket=bucket, prefix=prefix, dynamodb_client=dynamodb_client, table_name=table_name
         )
-        legacy = LegacyLog(
-            dynamodb_client=dynamodb_client, table_name=table_name, s3_client=s3_client, bucket=bucket, prefix=prefix
-        )
-        self._legacy = legacy
         self._r = LogReader(
             dynamodb_client=dynamodb_client,
             table_name=table_name,
             segments=self._segments,
-            legacy=legacy,
             cache_bytes=cache_bytes,
             max_workers=max_workers,
             clock=clock,
@@ -146,6 +141,8 @@ class DynamoChunkLog:
         self._writers: dict[str, _Writer] = {}
         # Runs whose incarnation this process just created, with its (empty) log: see note_fresh.
         self._fresh: OrderedDict[str, str] = OrderedDict()
+        # Runs whose last append had to be retried (throttled, or failed and sent again): see retried.
+        self._retried: set[str] = set()
 
     # --- the port ----------------------------------------------------------------------------------
 
@@ -158,7 +155,7 @@ class DynamoChunkLog:
         for _ in range(_OPEN_ATTEMPTS):
             # A log this process created empty needs no look at its top: the conditional marker
             # below is the fence all the same, and a log that is not empty after all fails it.
-            top = Top(fresh, None, []) if fresh else self._r.top(run_id, 0) or self._adopt_legacy(run_id, epoch)
+            top = Top(fresh, None, []) if fresh else self._r.top(run_id, 0) or Top(generation(None, None), None, [])
             fresh = None
             end = self._fence_check(run_id, top, epoch)
             old = self._put(run_id, top.gen, end, epoch, secrets.token_hex(8), None)
@@ -182,8 +179,6 @@ class DynamoChunkLog:
             if writer is None or (writer.epoch, writer.end) != (epoch, start):
                 top = self._r.top(run_id, 0)
                 if top is None:
-                    if self._legacy.head(run_id) is not None:
-                        raise LogConflictError(f"run {run_id!r}: the log is in the previous format; open it first")
                     top = Top(generation(None, None), None, [])
                 end = self._fence_check(run_id, top, epoch)
                 if end != start:
@@ -209,8 +204,7 @@ class DynamoChunkLog:
         self._check(run_id, 0)
         top = self._r.top(run_id, 0)
         if top is None:
-            head = self._legacy.head(run_id)
-            return head.count if head else 0
+            return 0
         self._r.cache.note_boundaries(lk(run_id, top.gen), top.end)
         return top.end
 
@@ -221,8 +215,7 @@ class DynamoChunkLog:
         self._check(run_id, 0)
         top = self._r.top(run_id, n)
         if top is None:
-            chunks = self._r.legacy_chunks(run_id)
-            return len(chunks), chunks[max(0, len(chunks) - n) :]
+            return 0, []
         count = top.end
         self._r.cache.note_boundaries(lk(run_id, top.gen), count)  # a follower goes on from here
         return count, self._r.assemble(run_id, top.gen, top.index, top.items[::-1], max(0, count - n), count)
@@ -245,6 +238,12 @@ class DynamoChunkLog:
         writer paused: the model thinks, a tool runs), which the caller treats as unknown.
         """
         return self._r.cadence.next_commit(run_id)
+
+    def retried(self, run_id: str) -> bool:
+        """Whether the run's last append by this object had to be retried: DynamoDB throttled it
+        (or failed and the client asked again). The chunk writer backs off its pace on it."""
+        with self._lock:
+            return run_id in self._retried
 
     def close(self) -> None:
         """Stop the reader's worker threads (a later read starts them again)."""
@@ -292,12 +291,15 @@ class DynamoChunkLog:
         }
         if data is not None:
             item.update(data[1])
+        # The key of the append after this one: the state machine's failure path without Lambda
+        # (EndWithoutLambda) appends error and finish there, and ASL cannot format 13 digits.
+        item["x"] = {"S": chunk_key(gen, start + (data[0] if data else 0))}
         item["t"] = {"N": str(int(self._clock() * 1000))}  # lets followers learn the flush cadence
         expires_at = self._expiry()
         if expires_at is not None:
             item["expires_at"] = {"N": str(expires_at)}
         try:
-            self._ddb.put_item(
+            response = self._ddb.put_item(
                 TableName=self._table,
                 Item=item,
                 ConditionExpression=_CONDITION,
@@ -305,7 +307,9 @@ class DynamoChunkLog:
                 ExpressionAttributeValues={":zero": {"N": "0"}, ":e": {"N": str(epoch)}},
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
+            self._note_retries(run_id, response)
         except ClientError as exc:
+            self._note_retries(run_id, exc.response)
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
             old = error_item(exc)
@@ -316,6 +320,16 @@ class DynamoChunkLog:
         except BotoCoreError as exc:
             raise translate(exc, f"appending to the chunk log of run {run_id!r}") from exc
         return None
+
+    def _note_retries(self, run_id: str, response: Any) -> None:
+        retries = (response.get("ResponseMetadata") or {}).get("RetryAttempts") if isinstance(response, dict) else None
+        with self._lock:
+            if isinstance(retries, int) and retries > 0:
+                if len(self._retried) >= _FRESH_RUNS * 16:  # runs that ended strained: forget them
+                    self._retried.clear()
+                self._retried.add(run_id)
+            else:
+                self._retried.discard(run_id)
 
     def _seal_quietly(self, run_id: str, writer: _Writer) -> None:
         """Seal the writer's unsealed tail; a failure is logged (the items still hold it)."""
@@ -342,22 +356,6 @@ class DynamoChunkLog:
         raw = "".join(chunk + "\n" for chunk in out).encode("utf-8")
         self._segments.put(self._segments.segment_key(run_id, gen, start, end), raw, run_id)
         return self._segments.record(run_id, gen, start, end, self._expiry())
-
-    def _adopt_legacy(self, run_id: str, epoch: int) -> Top:
-        """The log of a run without items: empty, or one of the previous format, which a writer
-        fences (its old writers can commit no more) and seals into one segment of this layout."""
-        head = self._legacy.head(run_id)
-        if head is None:
-            return Top(generation(None, None), None, [])
-        head = self._legacy.fence(run_id, epoch)
-        gen = generation(None, head.inc)
-        chunks = self._legacy.chunks(run_id, head, self._r.get_many)
-        if not chunks:
-            return Top(gen, None, [])
-        self._r.cache.put(lk(run_id, gen), 0, tuple(chunks), sum(map(len, chunks)))
-        sealed = self._seal(run_id, gen, 0, len(chunks))
-        logger.info("run %s: sealed %d chunks of the previous log format", run_id, sealed)
-        return Top(gen, IndexItem(gen, sealed, (sealed,)), [])
 
     def _fence_check(self, run_id: str, top: Top, epoch: int) -> int:
         """The log's end, if ``epoch`` may write there (else ``FencedError``)."""

@@ -13,8 +13,10 @@ Environment (set by the SAM template):
                        a run record never lives longer than this after its creation, so it
                        expires before any of its segments (see :mod:`.dynamodb`); chunk-log
                        items live this long after they were written
-``INLINE_HEARTBEAT_SECONDS``  the heartbeat the chat function promises while it runs a run's
-                       first slice itself (:mod:`.handover`; default 30)
+``INLINE_HEARTBEAT_SECONDS``  how long the state machine waits for a heartbeat of a first slice
+                       the chat function runs itself (:mod:`.handover`; default 30)
+``INLINE_HEARTBEAT_INTERVAL``  seconds between those heartbeats, at most a third of the above
+                       (default: a third of it); each run's is jittered down by up to a fifth
 ``INLINE_FIRST_SLICE``  ``0`` when the chat function leaves every slice to the slice function
                        (read here only for when the Step Functions client is made; see below)
 =====================  ===========================================================
@@ -158,6 +160,12 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
     heartbeat = _whole(env, "INLINE_HEARTBEAT_SECONDS", "30")
+    interval = _whole(env, "INLINE_HEARTBEAT_INTERVAL", "0") if env.get("INLINE_HEARTBEAT_INTERVAL") else None
+    if interval is not None and interval * 3 > heartbeat:
+        raise AwsConfigError(
+            f"INLINE_HEARTBEAT_INTERVAL ({interval}) must be at most a third of INLINE_HEARTBEAT_SECONDS ({heartbeat}):"
+            " set ChatSliceHeartbeatTimeout to at least 3 times ChatSliceHeartbeatInterval"
+        )
     return AwsRuntime(
         store=store,
         log=log,
@@ -169,6 +177,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
             dynamodb_client=dynamodb,
             table_name=table,
             heartbeat_seconds=heartbeat,
+            heartbeat_interval=interval,
         ),
     )
 

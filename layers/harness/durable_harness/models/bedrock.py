@@ -56,6 +56,7 @@ from ..messages import (
 from ..protocol import harness_parts as hp
 from ..protocol.wire import compact_json
 from .base import ModelRequest, ModelStreamPart
+from .bedrock_access import access_advice
 from .provider_utils import (
     STANDARD_SETTINGS,
     is_retryable_status,
@@ -273,6 +274,8 @@ def _model_error(exc: Exception) -> ModelError:
         status = status if isinstance(status, int) and status >= 400 else None
         retryable = code.lower() in _RETRYABLE_CODES or (status is not None and is_retryable_status(status))
         headers = metadata.get("HTTPHeaders") or {}
+        # A refused call's message may name the account and role: the client gets what to do instead.
+        message = access_advice(code, message) or message
         return ModelError(
             f"Bedrock {code}: {message}".rstrip(": "),
             retryable=retryable,

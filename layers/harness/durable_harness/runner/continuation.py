@@ -19,7 +19,7 @@ from ..harness.answers import AnsweredApproval, match_approvals
 from ..ledger import ApprovalLedger, approval_key
 from ..messages import ModelMessage
 from ..ports import CheckpointStore
-from .state import ContinuationRecord, DecisionRecord, RunState, checkpoint_of
+from .state import ContinuationRecord, DecisionRecord, RunState, check_agent, checkpoint_of
 
 _UNKNOWN = "The history answers an approval this server never asked for (in this conversation, for this caller)."
 
@@ -35,10 +35,14 @@ def pending_answers(messages: list[ModelMessage]) -> list[AnsweredApproval]:
 class ContinuationResolver:
     """Finds the paused run a continuation answers and verifies its answers."""
 
-    def __init__(self, store: CheckpointStore, ledger: ApprovalLedger, secret: ApprovalSecret) -> None:
+    def __init__(
+        self, store: CheckpointStore, ledger: ApprovalLedger, secret: ApprovalSecret, *, agent_id: str | None = None
+    ) -> None:
+        """``agent_id``: the runner's agent; another agent's paused run is a 409 (``OtherAgentError``)."""
         self.store = store
         self.ledger = ledger
         self.secret = secret
+        self.agent_id = agent_id
 
     def from_messages(
         self, messages: list[ModelMessage], *, principal: str | None, message_id: str, run_id: str
@@ -86,6 +90,7 @@ class ContinuationResolver:
                      ) -> ContinuationRecord:  # fmt: skip
         """The continuation the run API makes: ``(approval id, approved, reason)`` for every pending
         request of ``paused`` (an authenticated caller answering its own run needs no signature)."""
+        check_agent(paused, self.agent_id)
         requested = {r.approval_id: r for r in paused.pending_approvals}
         unknown = [a[0] for a in answers if a[0] not in requested]
         if unknown:
@@ -120,6 +125,7 @@ class ContinuationResolver:
             paused = RunState.model_validate_json(self.store.load(paused_id).state)
         except RunNotFoundError:
             raise InvalidRequestError(_UNKNOWN, code="unknown_approval") from None
+        check_agent(paused, self.agent_id)  # before anything is marked answered
         if paused.status == "cancelled":
             raise InvalidRequestError(f"Run {paused_id} was cancelled; its approvals cannot be answered any more.",
                                       code="run_ended", status=409)  # fmt: skip

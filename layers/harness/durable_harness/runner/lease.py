@@ -11,11 +11,16 @@ Leases only save work: a run driven twice is still written by one slice at a tim
 So a process may take over the lease of an owner it knows is dead before it lapses: owners are
 ``host:pid:nonce``, and a lease whose process on this host no longer exists is free at once. That
 is what makes a restart pick up its runs immediately. A wrong guess (a reused pid) only delays.
+
+A keeper drives only its own agent's runs (``agent_id``, the runner's; ``Lease.agent``, the run's,
+see :func:`~durable_harness.runner.state.foreign`): a server started on the same data folder with
+another ``AGENT`` leaves the others' runs, leased or not, to a server of their agent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import socket
@@ -23,6 +28,9 @@ import time
 from collections.abc import Callable
 
 from ..ports import RunLeases
+from .state import foreign
+
+logger = logging.getLogger(__name__)
 
 _HOST = socket.gethostname()
 
@@ -60,12 +68,17 @@ class LeaseKeeper:
     Storage errors propagate (``StorageError``); the orchestrator decides how to retry.
     """
 
-    def __init__(self, leases: RunLeases, *, seconds: float = 15.0, owner: str | None = None) -> None:
+    def __init__(
+        self, leases: RunLeases, *, seconds: float = 15.0, owner: str | None = None, agent_id: str | None = None
+    ) -> None:
+        """``agent_id``: the agent whose runs this keeper drives (None: any run)."""
         if seconds <= 0:
             raise ValueError(f"lease seconds must be > 0, got {seconds}")
         self.leases = leases
         self.seconds = seconds
         self.owner = owner or new_owner()
+        self.agent_id = agent_id
+        self._left_alone: set[str] = set()  # other agents' runs already logged once
 
     @property
     def renew_every(self) -> float:
@@ -95,13 +108,20 @@ class LeaseKeeper:
         await asyncio.to_thread(self.leases.release_lease, run_id, self.owner)
 
     async def orphans(self, driving: Callable[[str], bool]) -> list[str]:
-        """Runs that need a driver now: active runs without a lease, and runs whose lease lapsed or
-        whose owner is dead. ``driving(run_id)`` tells the runs this orchestrator drives already."""
+        """This agent's runs that need a driver now: active runs without a lease, and runs whose lease
+        lapsed or whose owner is dead. ``driving(run_id)`` tells the runs this orchestrator drives
+        already."""
         candidates = await asyncio.to_thread(self.leases.lease_candidates)
         now = time.time()
         found = []
         for lease in candidates:
             if driving(lease.run_id):
+                continue
+            if foreign(lease.agent, self.agent_id):
+                if lease.run_id not in self._left_alone:
+                    self._left_alone.add(lease.run_id)
+                    logger.info("run %s is the agent %r's, not %r's: left to a server of that agent",
+                                lease.run_id, lease.agent, self.agent_id)  # fmt: skip
                 continue
             if (
                 lease.owner is None

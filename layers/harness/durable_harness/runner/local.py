@@ -10,8 +10,9 @@ Loop: run a slice; go on while the run is ``ready_for_next_step``; stop when it 
   Anything else closes it at once. A slice fenced off by a newer one stops quietly.
 * **A run always ends.** Closing (``error`` + ``finish``) is retried with backoff until it lands.
 * **Leases** (with ``leases``, see :mod:`.lease`): a run is driven only under this process's
-  lease, and :meth:`open` (at server start-up) drives every run that needs a driver and starts a
-  watchdog that renews the leases of the runs driven here and picks up any run whose lease lapsed
+  lease, and only a run of this process's agent (``Runner.agent_id``; another agent's is left to
+  a server of that agent), and :meth:`open` (at server start-up) drives every run that needs a
+  driver and starts a watchdog that renews the leases of the runs driven here and picks up any run whose lease lapsed
   or whose driver's process died. So every unfinished run has a driver, and a client that follows
   one never waits forever.
 
@@ -27,7 +28,7 @@ from collections.abc import Coroutine
 from contextlib import suppress
 from typing import Any, Literal, TypeVar
 
-from ..errors import FencedError, RetryableError, RunNotFoundError, StorageError
+from ..errors import FencedError, OtherAgentError, RetryableError, RunNotFoundError, StorageError
 from ..ports import RunLeases
 from ..storage.health import StorageHealth
 from .lease import LeaseKeeper
@@ -61,7 +62,9 @@ class LocalOrchestrator:
         self.retry_delay = retry_delay
         self.backoff_rate = backoff_rate
         self.max_retry_delay = max_retry_delay
-        self.keeper = LeaseKeeper(leases, seconds=lease_seconds) if leases is not None else None
+        self.keeper = (
+            LeaseKeeper(leases, seconds=lease_seconds, agent_id=runner.agent_id) if leases is not None else None
+        )
         self.health = health
         self._tasks: dict[str, asyncio.Task[RunState | None]] = {}
         self._watchdog: asyncio.Task[None] | None = None
@@ -134,6 +137,10 @@ class LocalOrchestrator:
             except (FencedError, RunNotFoundError) as exc:
                 logger.info("run %s: stopping (%s)", run_id, exc)
                 return None
+            except OtherAgentError as exc:  # a server of the run's own agent drives it, never this one
+                logger.warning("run %s: not driven here: %s", run_id, exc)
+                await self._release(run_id)
+                return None
             except StorageError as exc:
                 storage_failures += 1
                 self._storage_failed(exc)
@@ -204,10 +211,15 @@ class LocalOrchestrator:
             # Not a lost run: its lease lapses without renewals and the watchdog drives it again.
             logger.exception("run %s: its driver stopped; the run is picked up again when its lease lapses", run_id)
             return None
-        if keeper is not None and state is not None:
-            with suppress(StorageError):  # a lease left behind lapses, and costs one look later
-                await keeper.release(run_id)
+        if state is not None:
+            await self._release(run_id)
         return state
+
+    async def _release(self, run_id: str) -> None:
+        """Drop this process's lease of the run, if it has leases."""
+        if self.keeper is not None:
+            with suppress(StorageError):  # a lease left behind lapses, and costs one look later
+                await self.keeper.release(run_id)
 
     async def _try_acquire(self, run_id: str) -> bool:
         """Take the run's lease, retrying storage errors; False while another live driver has it."""

@@ -52,8 +52,11 @@ from .state import (
     RunState,
     StepMark,
     StreamContext,
+    check_agent,
     checkpoint_of,
+    foreign,
     pending_json,
+    state_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -71,6 +74,10 @@ class Runner:
     ``checkpoint_grace``: how long a ``deferrable`` harness checkpoint waits to be superseded by the
     next one before it is written anyway (``None``: until the next one; 0: written at once); see
     :mod:`durable_harness.runner.progress`.
+    ``agent_id`` is the agent's identity (the ``AGENT`` spec, ``module:attribute``, it was loaded
+    by): every run this runner creates records it, and the runner drives, continues and answers the
+    approvals of its own agent's runs only (:class:`~durable_harness.errors.OtherAgentError`
+    otherwise). None (a program embedding the library) records none and drives any run.
     """
 
     def __init__(
@@ -85,8 +92,10 @@ class Runner:
         approval_secret: ApprovalSecret | None = None,
         telemetry: Telemetry | None = None,
         checkpoint_grace: float | None = 1.0,
+        agent_id: str | None = None,
     ) -> None:
         self.agent = agent
+        self.agent_id = agent_id
         self.checkpoint_grace = checkpoint_grace
         self.options = agent.options
         self.store = store
@@ -96,7 +105,7 @@ class Runner:
         self.on_commit = on_commit
         self.approval_secret = approval_secret or self.options.approval_secret or ApprovalSecret()
         self.ledger = ApprovalLedger(store)
-        self.continuations = ContinuationResolver(store, self.ledger, self.approval_secret)
+        self.continuations = ContinuationResolver(store, self.ledger, self.approval_secret, agent_id=agent_id)
         self.telemetry = telemetry
 
     @property
@@ -126,7 +135,8 @@ class Runner:
         When the last message answers approvals, the run continues the paused run that asked
         (found through the approval ledger; its answers verified and marked answered by this run;
         see :mod:`durable_harness.runner.continuation`). ``continuation`` is given instead by the
-        run API. Raises ``InvalidRequestError`` for answers to approvals never issued here.
+        run API. Raises ``InvalidRequestError`` for answers to approvals never issued here, and
+        ``OtherAgentError`` (409) for answers to another agent's run.
         """
         run_id = run_id or new_run_id()
         message_id = message_id or new_id("msg")
@@ -144,6 +154,7 @@ class Runner:
             chat_id=chat_id,
             origin=origin,
             principal=principal,
+            agent=self.agent_id,
             message_id=message_id,
             input_messages=messages,
             call_options=call_options,
@@ -157,7 +168,7 @@ class Runner:
         """Cancel a run paused for approval (its log already ends with ``finish``; only the state
         changes). Conditional: FencedError if the run changed meanwhile."""
         cp = self.store.load(run_id)
-        state = RunState.model_validate_json(cp.state)
+        state = state_of(cp)
         if state.status != "awaiting_tool_approval" or state.continued_by is not None:
             raise FencedError(f"run {run_id} is not a paused run ({state.status})")
         state.status = "cancelled"
@@ -166,7 +177,7 @@ class Runner:
 
     def load(self, run_id: str) -> RunState:
         """The run's state as last checkpointed."""
-        return RunState.model_validate_json(self.store.load(run_id).state)
+        return state_of(self.store.load(run_id))
 
     async def run_slice(self, run_id: str, *, budget_seconds: float | None = None) -> RunState:
         """Run one time slice; ``budget_seconds=None`` runs until the turn pauses or ends."""
@@ -276,7 +287,7 @@ class Runner:
         """
         for _ in range(10):
             cp = await asyncio.to_thread(self.store.load, run_id)
-            state = RunState.model_validate_json(cp.state)
+            state = state_of(cp)
             if state.terminal:
                 await self._complete_tail(cp, state)
                 return state
@@ -314,7 +325,8 @@ class Runner:
             result["totalUsage"] = {"inputTokens": final.input_tokens, "outputTokens": final.output_tokens}
         if state.status == "awaiting_tool_approval":
             result["pendingApprovals"] = pending_json(state)
-        result.update(self.agent.run_result(state.turn))
+        if not foreign(state.agent, self.agent_id):  # another harness's turn state is not this one's to read
+            result.update(self.agent.run_result(state.turn))
         if missing := [key for key in RECORDED_KEYS if key not in result]:
             recorded = recorded_result(self.log.read(state.run_id, 0), state.steps)
             result.update({key: recorded[key] for key in missing})
@@ -323,7 +335,10 @@ class Runner:
         return result
 
     async def notify_cancel(self, state: RunState) -> None:
-        """Tell the harness a run ended cancelled (best effort: the run is over whatever it does)."""
+        """Tell the harness a run ended cancelled (best effort: the run is over whatever it does).
+        Not another agent's run: its state is another harness's, whose cleanup this one cannot do."""
+        if foreign(state.agent, self.agent_id):
+            return
         notice = hi.CancelNotice(run_id=state.run_id, session_id=state.session_id, state=state.turn)
         try:
             await self.agent.on_cancel(notice)
@@ -336,7 +351,8 @@ class Runner:
         """Load the run and, unless it is terminal (count ``None``), claim it and open its log:
         one trip to a worker thread for the three storage calls a slice starts with."""
         cp = self.store.load(run_id)
-        state = RunState.model_validate_json(cp.state)
+        state = state_of(cp)
+        check_agent(state, self.agent_id)  # another agent's run: not this harness's to drive
         if state.terminal:
             return cp, state, None
         cp = self.store.claim(run_id, cp.version)

@@ -5,8 +5,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..errors import OtherAgentError
 from ..messages import ModelMessage
-from ..ports import Checkpoint
+from ..ports import AGENT_META, Checkpoint
 from ..protocol.translate import TranslatorState
 
 RunStatus = Literal["not_started", "ready_for_next_step", "awaiting_tool_approval", "finished", "failed", "cancelled"]
@@ -88,6 +89,9 @@ class RunState(BaseModel):
     created_at: float = Field(default_factory=time.time)
     origin: Literal["chat", "event"] = "chat"
     principal: str | None = None
+    agent: str | None = None
+    """The identity of the agent whose run it is (the ``AGENT`` spec, ``module:attribute``, of the
+    server that created it); None for a run made by a runner without one, which any runner drives."""
     status: RunStatus = "not_started"
     message_id: str
     """The assistant message id sent in ``start.messageId``; stable for the whole run."""
@@ -126,7 +130,39 @@ def checkpoint_of(state: RunState, previous: Checkpoint | None = None) -> Checkp
         epoch=previous.epoch if previous else 0,
         principal=state.principal,
         chat_id=state.chat_id,
+        meta={AGENT_META: state.agent} if state.agent else {},
     )
+
+
+def foreign(agent: str | None, agent_id: str | None) -> bool:
+    """True when a run of ``agent`` is another agent's than ``agent_id`` (a runner's): both known,
+    and different. A run or a runner without an identity matches any."""
+    return bool(agent and agent_id and agent != agent_id)
+
+
+def check_agent(state: RunState, agent_id: str | None) -> None:
+    """Raise :class:`~durable_harness.errors.OtherAgentError` (a 409) for another agent's run."""
+    if foreign(state.agent, agent_id):
+        assert state.agent is not None and agent_id is not None
+        raise OtherAgentError(state.run_id, state.agent, agent_id)
+
+
+ENDED_WITHOUT_LAMBDA = "The run failed because of an internal error (its worker could not be started)."
+"""The error of a run the state machine ended itself (statemachine/run.asl.json, EndWithoutLambda)."""
+
+
+def state_of(cp: Checkpoint) -> RunState:
+    """The run state a checkpoint holds, with its record's ``failed`` status winning.
+
+    The state machine's failure path without Lambda (``EndWithoutLambda``) can write the record's
+    status, counters and the log's ``error`` and ``finish``, but not the state inside the record:
+    such a run is failed, and its log already ends (``chunk_count`` stays below the log's count,
+    so nothing repairs its tail again).
+    """
+    state = RunState.model_validate_json(cp.state)
+    if cp.status == "failed" and not state.terminal:
+        state.status, state.error = "failed", state.error or ENDED_WITHOUT_LAMBDA
+    return state
 
 
 def pending_json(state: RunState) -> list[dict[str, Any]]:

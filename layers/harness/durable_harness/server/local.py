@@ -46,6 +46,7 @@ def build_local_kit(
     static_dir: str | Path | Literal["auto"] | None = "auto",
     lease_seconds: float = 15.0,
     max_retry_delay: float = 5.0,
+    agent_id: str | None = None,
 ) -> LocalKit:
     """Assemble the local chat app over ``data_dir`` (created 0700 if missing).
 
@@ -60,6 +61,10 @@ def build_local_kit(
     neither terminal nor paused, and then watches leases of ``lease_seconds`` (see
     :mod:`durable_harness.runner.lease`). Slices that fail on storage are retried with backoff
     up to ``max_retry_delay`` seconds apart.
+
+    ``agent_id`` is the agent's identity (``durable-harness serve`` gives its ``AGENT`` spec): runs
+    record it, and this server drives, continues and answers approvals of its own agent's runs only
+    (another agent's run is a 409 to drive, and readable); see :class:`~durable_harness.runner.runner.Runner`.
     """
     root = make_private_dirs(data_dir)
     store = SqliteCheckpointStore(root / "runs.sqlite3")
@@ -71,7 +76,10 @@ def build_local_kit(
         signal.notify(run_id, count)
         health.succeeded()
 
-    runner = Runner(agent, store, log, flush_interval=flush_interval, flush_burst=flush_burst, on_commit=committed)
+    runner = Runner(
+        agent, store, log, flush_interval=flush_interval, flush_burst=flush_burst, on_commit=committed,
+        agent_id=agent_id,
+    )  # fmt: skip
     orchestrator = LocalOrchestrator(
         runner,
         slice_seconds=slice_seconds,

@@ -104,6 +104,19 @@ def openapi_document() -> dict[str, Any]:
                                     "properties": {
                                         "id": {"type": "string", "minLength": 1, "maxLength": 200},
                                         "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                                        "trigger": {
+                                            "type": "string",
+                                            "enum": ["submit-message", "regenerate-message"],
+                                            "description": "A regenerate starts a new run for the last user "
+                                            "message instead of returning the run a retried submit gets.",
+                                        },
+                                        "messageId": {
+                                            "type": "string",
+                                            "minLength": 1,
+                                            "maxLength": 200,
+                                            "description": "With a regenerate: the assistant message it "
+                                            "replaces (the same one again is a retry: the same run).",
+                                        },
                                     },
                                     "additionalProperties": {
                                         "description": "Call options (the AI SDK's `body` fields), validated "

@@ -115,8 +115,7 @@ class ChatService:
             )
         # A continuation (after an approval) streams into the existing assistant message.
         message_id = last.id if last.role == "assistant" and last.id else new_id("msg")
-        # A retried POST (same principal, chat and last message) gets the run it already started.
-        run_id = derived_run_id(principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
+        run_id = _turn_run_id(body, principal, chat_id, last)
         # Answers to approvals make it a continuation of the paused run: the runner finds that run
         # through the approval ledger and verifies every answer (see Runner.create_run).
         created = True
@@ -223,6 +222,7 @@ class ChatService:
             "runId": state.run_id,
             "status": state.status,
             "origin": state.origin,
+            "agent": state.agent,
             "chatId": state.chat_id,
             "messageId": state.message_id,
             "createdAt": state.created_at,
@@ -434,6 +434,36 @@ class ChatService:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
         pending_answers(converted)  # 400 for an answer whose request or call is not in the history
         return converted
+
+
+def _turn_run_id(body: dict[str, Any], principal: str | None, chat_id: str | None, last: UIMessage) -> str:
+    """The run id of a chat POST: derived from what identifies the request, so that a retried POST
+    gets the run it already started.
+
+    A submit is keyed on (principal, chat, last message). A regenerate (the AI SDK's ``trigger:
+    "regenerate-message"``) sends the same history as the submit it answers again, so it is keyed
+    on the assistant message it replaces (``messageId``) as well: a new run, and a retried
+    regenerate the same one. A regenerate without ``messageId`` (``regenerate()`` with no
+    argument) cannot be told from its own retry, and always starts a new run.
+    """
+    trigger = body.get("trigger", "submit-message")
+    if trigger not in ("submit-message", "regenerate-message"):
+        raise InvalidRequestError(
+            "'trigger' must be 'submit-message' or 'regenerate-message' (the AI SDK's triggers), or left out.",
+            code="invalid_trigger",
+        )
+    replaced = body.get("messageId")
+    if replaced is not None and (not isinstance(replaced, str) or not 0 < len(replaced) <= 200):
+        raise InvalidRequestError("'messageId' must be a string of 1 to 200 characters.")
+    key = (principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
+    if trigger == "submit-message":
+        return derived_run_id(*key)
+    if last.role != "user":
+        raise InvalidRequestError(
+            "A regenerate ('trigger': 'regenerate-message') must end with the user message to answer again.",
+            code="invalid_last_message",
+        )
+    return new_run_id() if replaced is None else derived_run_id(*key, "regenerate-message", replaced)
 
 
 def _answers_approvals(messages: list[ModelMessage]) -> bool:

@@ -6,11 +6,14 @@ Safe from several threads (one connection per store behind a lock; the async run
 ``UPDATE ... WHERE version = ?`` decides the race: the loser sees ``rowcount == 0`` and gets
 :class:`~durable_harness.errors.FencedError` with nothing written.
 
+The file's layout has a version, :data:`DB_FORMAT`, in SQLite's ``user_version``: a new file is
+stamped with it when its tables are made, and a file of another version (or of none, made before
+versions) is refused with :class:`~durable_harness.errors.FormatVersionError`.
+
 A run is a head row in ``runs`` plus append-only rows in ``run_records`` (the format of
 :mod:`durable_harness.storage.records`): a save inserts one record and moves the head in the same
 transaction, so no write grows with the run's history. ``runs.state`` holds the inline base
-(``''`` once a ``full`` record superseded it). A data folder written before records existed loads
-as it is: its ``runs.state`` is the whole state (a base) and the ``seq`` column is added with 0.
+(``''`` once a ``full`` record superseded it).
 
 Durability is ``synchronous=NORMAL``: a committed write survives a crash of the process, though
 not necessarily a power cut, which is the right trade for a development store.
@@ -35,13 +38,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
-from ..errors import CorruptCheckpointError, FencedError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import ACTIVE_STATUSES, Checkpoint, Lease, RunSummary
+from ..errors import (
+    CorruptCheckpointError,
+    FencedError,
+    FormatVersionError,
+    RunExistsError,
+    RunNotFoundError,
+    StorageError,
+)
+from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, RunSummary
 from ._private import make_private_dirs, touch_private
 from .records import Folded, fold, plan_create, plan_save
 
-__all__ = ["SqliteCheckpointStore"]
+__all__ = ["DB_FORMAT", "SqliteCheckpointStore"]
 
+DB_FORMAT = 1
+"""The version of the file's layout (SQLite's ``user_version``; 0 in a file without tables): a later
+release that changes the tables raises it, and reads (or migrates) a file by what it finds."""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id     TEXT PRIMARY KEY,
@@ -84,6 +97,12 @@ _NEXT_SEQ = "(SELECT COALESCE(MAX(write_seq), 0) + 1 FROM runs)"
 def _now() -> str:
     # Fixed-width ISO text sorts chronologically as a string and reads well in the sqlite3 shell.
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _meta_agent(meta: str | None) -> str | None:
+    """The agent a record's ``meta`` names (``RunState.agent``), if any."""
+    agent = json.loads(meta).get(AGENT_META) if meta else None
+    return agent if isinstance(agent, str) and agent else None
 
 
 def _meta_json(meta: dict[str, str]) -> str:
@@ -259,16 +278,17 @@ class SqliteCheckpointStore:
             conn.execute("DELETE FROM leases WHERE run_id = ? AND owner = ?", (run_id, owner))
 
     def lease_candidates(self, limit: int = 1000) -> list[Lease]:
-        """Every run neither terminal nor paused, and every leased run, with its lease."""
+        """Every run neither terminal nor paused, and every leased run, with its lease and agent."""
         marks = ", ".join("?" for _ in ACTIVE_STATUSES)
         with self._guard() as conn:
             rows = conn.execute(
-                "SELECT r.run_id, l.owner, l.expires_at FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id"
+                "SELECT r.run_id, l.owner, l.expires_at, r.meta FROM runs r LEFT JOIN leases l ON l.run_id = r.run_id"
                 f" WHERE r.status IN ({marks})"
-                " UNION SELECT run_id, owner, expires_at FROM leases ORDER BY 3 LIMIT ?",
+                " UNION SELECT l.run_id, l.owner, l.expires_at, r.meta FROM leases l"
+                " LEFT JOIN runs r ON r.run_id = l.run_id ORDER BY 3 LIMIT ?",
                 (*ACTIVE_STATUSES, max(limit, 0)),
             ).fetchall()
-        return [Lease(run_id, owner, float(expires or 0.0)) for run_id, owner, expires in rows]
+        return [Lease(run_id, owner, float(expires or 0.0), _meta_agent(meta)) for run_id, owner, expires, meta in rows]
 
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""
@@ -322,8 +342,7 @@ class SqliteCheckpointStore:
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
-                _add_seq_column(conn)
+                _prepare(conn, self._path)
             except BaseException:
                 conn.close()
                 raise
@@ -409,8 +428,24 @@ class SqliteCheckpointStore:
         raise FencedError(f"run {run_id!r}: {what} expected version {expected}, found {row[0]}")
 
 
-def _add_seq_column(conn: sqlite3.Connection) -> None:
-    """Bring a data folder from before checkpoint records up to date (its rows keep their states)."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-    if "seq" not in columns:
-        conn.execute("ALTER TABLE runs ADD COLUMN seq INTEGER NOT NULL DEFAULT 0")
+def _prepare(conn: sqlite3.Connection, path: str) -> None:
+    """Make the tables of a new file and stamp it with :data:`DB_FORMAT`; refuse another format."""
+    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    if found == 0:
+        conn.execute("BEGIN IMMEDIATE")  # two processes opening a new file: one makes the tables
+        try:
+            found = conn.execute("PRAGMA user_version").fetchone()[0]
+            empty = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+            if found == 0 and empty:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {DB_FORMAT}")
+                found = DB_FORMAT
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    if found != DB_FORMAT:
+        remedy = "Serve it with that release, or move the data folder away (this release starts a new one)."
+        raise FormatVersionError(f"the database {path}", found, DB_FORMAT, remedy)

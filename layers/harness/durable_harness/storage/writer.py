@@ -14,6 +14,14 @@ model's output go out at once even when the slice's opening chunks (``start``, f
 too) went out a moment before it; while the model streams the pace is the same (at most
 ``flush_burst - 1`` extra flushes after each quiet spell, never more than one per interval on
 average).
+
+Under pressure the pace backs off: a log that tells whether an append had to be retried (the
+store throttled it, or failed and was asked again: :meth:`~durable_harness.aws.chunklog.
+DynamoChunkLog.retried`) doubles the interval after each such append, up to ``MAX_BACKOFF`` times
+``flush_interval``, and halves it back after each append that went through at once. The chunks
+are the same, in fewer and larger appends: a throttled table gets fewer writes (an on-demand
+table's 4,000 write units per second serve about 300 streaming runs at the base pace), and
+readers see the stream in coarser steps until it recovers.
 """
 
 from __future__ import annotations
@@ -26,7 +34,10 @@ from ..errors import StorageError
 from ..ports import ChunkLog
 from .memory import check_chunks
 
-__all__ = ["ChunkWriter"]
+__all__ = ["MAX_BACKOFF", "ChunkWriter"]
+
+MAX_BACKOFF = 16
+"""The most the pace slows down under pressure: ``flush_interval`` times this (1.6 s at 0.1 s)."""
 
 
 class ChunkWriter:
@@ -66,7 +77,8 @@ class ChunkWriter:
         self._log = log
         self._run_id = run_id
         self._epoch = epoch
-        self._interval = flush_interval
+        self._base_interval = flush_interval
+        self._interval = flush_interval  # the current pace: the base one, or backed off (see module)
         self._burst = flush_burst
         self._credit = float(flush_burst)  # flushes that may start now without waiting
         self._credited: float | None = None  # loop time the credit was last brought up to date
@@ -101,6 +113,11 @@ class ChunkWriter:
     def end(self) -> int:
         """Committed plus in-flight plus buffered chunks: the index the next written chunk gets."""
         return self._committed + self._inflight + len(self._buffer)
+
+    @property
+    def flush_interval(self) -> float:
+        """The current pace: ``flush_interval``, or more while the log reports retried appends."""
+        return self._interval
 
     @property
     def error(self) -> BaseException | None:
@@ -208,6 +225,7 @@ class ChunkWriter:
             raise StorageError(f"run {self._run_id!r}: append of {len(batch)} chunks at {start} reported count {count}")
         self._inflight = 0
         self._committed = count
+        self._adjust_pace()
         if self._on_commit is not None:
             try:
                 self._on_commit(self._run_id, count)
@@ -218,6 +236,16 @@ class ChunkWriter:
             if target <= count and not future.done():
                 future.set_result(count)
         self._waiters = [(t, f) for t, f in self._waiters if not f.done()]
+
+    def _adjust_pace(self) -> None:
+        """Back off after an append the log had to retry; come back after one it did not."""
+        retried = getattr(self._log, "retried", None)
+        if retried is None or self._base_interval == 0:
+            return
+        if retried(self._run_id):
+            self._interval = min(self._interval * 2, self._base_interval * MAX_BACKOFF)
+        else:
+            self._interval = max(self._base_interval, self._interval / 2)
 
     def _fail(self, exc: BaseException) -> None:
         """Break the writer: drop what is buffered and fail every waiting flush()."""

@@ -8,6 +8,12 @@ connection failures and timeouts, HTTP 500/502/503/504 and 429, and the throttli
 error codes of ``botocore/retries/standard.py`` (plus the errors a service model marks retryable),
 with the same capped exponential backoff with jitter. botocore's retry quota (a token bucket that
 stops retries after many failures) is left out: a Lambda's short life rarely fills it.
+
+What botocore does not do, done here because an endpoint is not trusted with sizes or pace: each
+attempt has an overall deadline (``attempt_timeout``; past it, ``ReadTimeoutError``, retried like
+a stalled read), and a response body may be only so large (``ResponseStreamingError`` past the
+operation's limit, ``_body_limits``, far above what AWS sends for it), so that an endpoint sending
+a body for ever, or a byte at a time, ends an attempt instead of the function's memory or time.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ from ._sigv4 import sign
 from ._transport import Credentials, Response
 
 __all__ = [
-    "CONNECT_TIMEOUT", "MAX_ATTEMPTS", "READ_TIMEOUT", "THROTTLING_CODES", "TRANSIENT_CODES", "LiteClient", "Response",
-    "backoff",
+    "ATTEMPT_TIMEOUT", "CONNECT_TIMEOUT", "MAX_ATTEMPTS", "MAX_BODY", "READ_TIMEOUT", "THROTTLING_CODES",
+    "TRANSIENT_CODES", "LiteClient", "Response", "backoff",
 ]  # fmt: skip
 
 THROTTLING_CODES = frozenset(
@@ -53,6 +59,17 @@ MAX_ATTEMPTS = 5
 ``CLIENT_CONFIG`` gives a botocore client (made from these, so that the two cannot drift apart).
 The read timeout is above DynamoDB's and S3's latency for small items and segments by orders of
 magnitude, yet far below a slice's budget: a hung connection is retried instead of eating the slice."""
+
+ATTEMPT_TIMEOUT = 30.0
+"""The deadline of one attempt, from its start to the last byte of its response (botocore has
+none: its read timeout is per read). Three read timeouts: a response read at a healthy pace is
+done long before (the largest the harness reads, an S3 segment of a few MB, takes well under a
+second in a Region), while a byte every few seconds cannot hold an attempt for longer."""
+
+MAX_BODY = 16 * 1024 * 1024
+"""The largest response body of an operation without a limit of its own (``_body_limits``): 16 MiB,
+40 times DynamoDB's 400 KB item and 16 times a Query's 1 MB page; Step Functions' and EventBridge's
+responses are smaller still (an execution's input and output are 256 KiB each)."""
 
 _TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
 _MAX_BACKOFF = 20.0
@@ -81,6 +98,8 @@ class LiteClient:
     """Error codes the service's model marks retryable (botocore's ``ModeledRetryableChecker``)."""
     _s3_signing: ClassVar[bool] = False
     """Sign as botocore's ``S3SigV4Auth`` (``x-amz-content-sha256``, the path as it is)."""
+    _body_limits: ClassVar[dict[str, int]] = {}
+    """The largest response body of an operation (by API name) when it is not :data:`MAX_BODY`."""
 
     def __init__(
         self,
@@ -92,7 +111,11 @@ class LiteClient:
         connect_timeout: float = CONNECT_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         max_attempts: int = MAX_ATTEMPTS,
+        attempt_timeout: float = ATTEMPT_TIMEOUT,
+        max_body: int | None = None,
     ) -> None:
+        """``attempt_timeout`` is each attempt's deadline; ``max_body``, when given, the largest
+        response body of every operation (instead of each one's own limit: a test's small cap)."""
         self.region = region
         self.endpoint_url = endpoint_url.rstrip("/")
         self._credentials = credentials
@@ -100,6 +123,8 @@ class LiteClient:
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_attempts = max(1, max_attempts)
+        self._attempt_timeout = attempt_timeout
+        self._max_body = max_body
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(region={self.region!r}, endpoint_url={self.endpoint_url!r})"
@@ -122,7 +147,9 @@ class LiteClient:
 
         ``operation`` is the API name in errors (``PutItem``). With ``stream=True`` a successful
         response's body is left unread for ``Response.read`` (errors are always read whole).
+        Each attempt ends within ``attempt_timeout`` and reads a body of the operation's limit at most.
         """
+        max_body = self._max_body if self._max_body is not None else self._body_limits.get(operation, MAX_BODY)
         url = (endpoint or self.endpoint_url) + path  # endpoint: S3's bucket host (virtual-hosted style)
         encoded = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in query)
         if encoded:
@@ -138,7 +165,8 @@ class LiteClient:
             try:
                 response = _transport.send(
                     method, url, sent, body, connect_timeout=self._connect_timeout,
-                    read_timeout=self._read_timeout, stream=stream,
+                    read_timeout=self._read_timeout, attempt_timeout=self._attempt_timeout,
+                    max_body=max_body, stream=stream,
                 )  # fmt: skip
             except (ConnectionError, HTTPClientError):
                 if attempt >= self._max_attempts:
@@ -154,8 +182,6 @@ class LiteClient:
                     return response
                 time.sleep(backoff(attempt, scale=self._backoff_scale))
                 continue
-            if stream:  # an error is parsed whole: read what the stream left unread
-                response.body = _drain(response)
             error = self._error_response(response)
             code = str(error.get("Error", {}).get("Code", ""))
             throttled = code in THROTTLING_CODES or (response.status == 429 and code not in self._modeled_retryable)
@@ -217,14 +243,6 @@ def _json_or_empty(body: bytes) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
-
-
-def _drain(response: Response) -> bytes:
-    """The rest of a streamed response's body."""
-    chunks = []
-    while chunk := response.read(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _retry_after(response: Response) -> float | None:

@@ -7,15 +7,24 @@ is noticed before it is used, so that the request does not pay a failed attempt 
 Transport failures are raised as botocore's exception classes, which the retry loop of
 :class:`~._client.LiteClient` retries and the adapters' error translation (``aws/_errors.py``)
 already knows.
+
+An endpoint is not trusted with sizes or pace: a body is read up to the operation's limit
+(``ResponseStreamingError`` past it, before the bytes pile up in memory), and every read of an
+attempt (the status line and headers too) waits at most the read timeout and never past the
+attempt's deadline (``ReadTimeoutError`` then), so that a body sent a byte at a time cannot hold
+an attempt for longer than its deadline. A streamed body's deadline is moved on by its reader
+(:meth:`Response.restart_deadline`: Bedrock's event stream gives each event its own).
 """
 
 from __future__ import annotations
 
 import http.client
+import io
 import re
 import select
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +35,7 @@ from botocore.exceptions import (
     ConnectTimeoutError,
     EndpointConnectionError,
     ReadTimeoutError,
+    ResponseStreamingError,
     SSLError,
 )
 
@@ -36,7 +46,7 @@ __all__ = ["Credentials", "Response", "credentials_from_env", "endpoint_url", "s
 _AWS_REGION = re.compile(r"^(us|eu|ap|sa|ca|me|af|il|mx)-\w+-\d+$")
 _CN_REGION = re.compile(r"^cn-\w+-\d+$")
 
-_local = threading.local()  # .pool: (scheme, host, port) -> HTTPConnection
+_local = threading.local()  # .pool: (scheme, host, port) -> HTTPConnection; .pace: the attempt's _Pace
 _ssl_context: Any = None
 _ssl_lock = threading.Lock()
 
@@ -100,6 +110,13 @@ class Response:
         self._conn: http.client.HTTPConnection | None = None
         self._key: tuple[str, str, int] | None = None
         self._url = ""
+        self._pace: _Pace | None = None
+
+    def restart_deadline(self, seconds: float) -> None:
+        """Give the streamed body's next reads ``seconds`` from now to arrive (they each still wait
+        at most the read timeout): a long-lived stream's reader moves its deadline on as it goes."""
+        if self._pace is not None:
+            self._pace.deadline = time.monotonic() + seconds
 
     def read(self, n: int = 65536) -> bytes:
         """Up to ``n`` bytes of the streamed body, as soon as any arrived; ``b""`` at its end.
@@ -143,14 +160,23 @@ def send(
     *,
     connect_timeout: float,
     read_timeout: float,
+    attempt_timeout: float,
+    max_body: int,
     stream: bool = False,
 ) -> Response:
     """Send one request over this thread's connection to the URL's host (made if needed).
 
+    The request is sent and its response read within ``attempt_timeout`` seconds of the start
+    (each read waiting at most ``read_timeout``); a body may be ``max_body`` bytes at most. With
+    ``stream=True`` a successful (< 300) response's body is left to :meth:`Response.read`, its
+    deadline still running (see :meth:`Response.restart_deadline`); an error's is read here.
+
     Raises ``EndpointConnectionError`` / ``ConnectTimeoutError`` / ``SSLError`` when no connection
-    can be made, ``ReadTimeoutError`` when a send or read stalls past ``read_timeout``, and
+    can be made, ``ReadTimeoutError`` when a send or read stalls past ``read_timeout`` or the
+    attempt's deadline, ``ResponseStreamingError`` for a body over ``max_body``, and
     ``ConnectionClosedError`` when the connection drops before the whole response arrived.
     """
+    pace = _Pace(time.monotonic() + attempt_timeout, read_timeout)
     parts = urlsplit(url)
     scheme, host = parts.scheme, parts.hostname or ""
     port = parts.port or (443 if scheme == "https" else 80)
@@ -160,19 +186,21 @@ def send(
     try:
         if conn.sock is None:
             _connect(conn, url)
-        conn.sock.settimeout(read_timeout)  # connect_timeout was for the connection only
+        conn.sock.settimeout(pace.timeout())  # connect_timeout was for the connection only
         conn.request(method, target, body=body, headers=dict(headers))
+        _local.pace = pace  # the response made next (_PacedResponse) reads by it
         live = conn.getresponse()
         out: dict[str, str] = {}
         for name, value in live.getheaders():
             name = name.lower()
             out[name] = f"{out[name]}, {value}" if name in out else value
         response = Response(live.status, out, reason=live.reason)
-        if stream:
+        if stream and live.status < 300:
             response._live, response._conn, response._key, response._url = live, conn, key, url
+            response._pace = pace
             return response
-        response.body = live.read()
-    except (ConnectTimeoutError, EndpointConnectionError, SSLError):
+        response.body = _read_body(live, max_body, url)
+    except (ConnectTimeoutError, EndpointConnectionError, SSLError, ResponseStreamingError):
         conn.close()
         raise
     except TimeoutError:
@@ -183,6 +211,82 @@ def send(
         raise ConnectionClosedError(endpoint_url=url, error=exc) from None
     _release(key, conn, live)
     return response
+
+
+def _read_body(live: http.client.HTTPResponse, limit: int, url: str) -> bytes:
+    """The whole body of ``live``, ``ResponseStreamingError`` as soon as it exceeds ``limit`` bytes."""
+    if live.length is not None and live.length > limit:
+        raise _too_large(url, limit)
+    pieces: list[bytes] = []
+    size = 0
+    while data := live.read1(65536):
+        size += len(data)
+        if size > limit:
+            raise _too_large(url, limit)
+        pieces.append(data)
+    if live.length:  # http.client's read1 ends quietly where a Content-Length body was cut short
+        raise http.client.IncompleteRead(b"".join(pieces), live.length)
+    return b"".join(pieces)
+
+
+def _too_large(url: str, limit: int) -> ResponseStreamingError:
+    return ResponseStreamingError(error=f"the response from {url} is larger than {limit} bytes, its operation's limit")
+
+
+class _Pace:
+    """The time an attempt has left: a read waits at most the read timeout, never past the deadline."""
+
+    __slots__ = ("deadline", "read_timeout")
+
+    def __init__(self, deadline: float, read_timeout: float) -> None:
+        self.deadline = deadline  # time.monotonic()'s clock
+        self.read_timeout = read_timeout
+
+    def timeout(self) -> float:
+        """The timeout of the next socket operation (``TimeoutError`` when the deadline has passed)."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the attempt's deadline passed")
+        return min(self.read_timeout, left)
+
+
+class _PacedReader(io.RawIOBase):
+    """A socket's bytes, each ``recv`` timed by a :class:`_Pace` (http.client's own reader times
+    each ``recv`` alone, so that a byte at a time keeps a response alive for ever)."""
+
+    def __init__(self, sock: socket.socket, pace: _Pace) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)  # socket.SocketIO: keeps the socket open while read
+        self._pace = pace
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(self._pace.timeout())
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _PacedSocket:
+    """What a :class:`_PacedResponse` reads its socket through (``HTTPResponse`` calls ``makefile`` only)."""
+
+    def __init__(self, sock: socket.socket, pace: _Pace) -> None:
+        self._sock, self._pace = sock, pace
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_PacedReader(self._sock, self._pace))
+
+
+class _PacedResponse(http.client.HTTPResponse):
+    """An ``HTTPResponse`` read by the pace of the attempt that made it (set on this thread by :func:`send`)."""
+
+    def __init__(self, sock: Any, debuglevel: int = 0, method: str | None = None, url: str | None = None) -> None:
+        super().__init__(_PacedSocket(sock, _local.pace), debuglevel, method, url)  # type: ignore[arg-type]
 
 
 def _checkout(key: tuple[str, str, int], connect_timeout: float) -> http.client.HTTPConnection:
@@ -201,6 +305,7 @@ def _checkout(key: tuple[str, str, int], connect_timeout: float) -> http.client.
             conn = http.client.HTTPSConnection(host, port, timeout=connect_timeout, context=_context())
         else:
             conn = http.client.HTTPConnection(host, port, timeout=connect_timeout)
+        conn.response_class = _PacedResponse
     return conn
 
 

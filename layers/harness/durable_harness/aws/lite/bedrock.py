@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -29,7 +29,9 @@ from ._eventstream import IncompleteMessage, Message, read_messages
 from ._transport import Credentials, Response
 
 __all__ = [
+    "ATTEMPT_TIMEOUT",
     "CONNECT_TIMEOUT",
+    "EVENT_TIMEOUT",
     "MAX_ATTEMPTS",
     "READ_TIMEOUT",
     "BedrockRuntimeClient",
@@ -49,6 +51,16 @@ MAX_ATTEMPTS = 1
 """The model adapter's settings (``models/bedrock.py``, the one caller): a lite client's defaults,
 and what its botocore ``Config`` is made from."""
 
+ATTEMPT_TIMEOUT = 600.0
+EVENT_TIMEOUT = 600.0
+"""The deadlines of a ConverseStream call (the lite client's alone; botocore has none). The stream
+lives as long as the model writes, so it has no overall deadline: ``ATTEMPT_TIMEOUT`` bounds the
+request up to the response's head (and an error's whole body), then each event message has
+``EVENT_TIMEOUT`` from when its read starts to its last byte. A model that thinks for minutes
+between events is within it (it is the read timeout's 600 s); an endpoint sending an event a byte
+at a time is not, though each byte comes within the read timeout. Each message's size is capped
+by the event-stream format (``_eventstream``), an error body by the default ``MAX_BODY``."""
+
 
 class ResponseParserError(Exception):
     """An event botocore's parser would reject too (a union with more or fewer than one member)."""
@@ -65,7 +77,8 @@ class BedrockRuntimeClient(LiteClient):
 
     The defaults are the model adapter's (``models/bedrock.py``), the one caller: one attempt (the
     agent loop retries a failed turn, the provider never does), a 10 s connect timeout and a 600 s
-    read timeout (a model may think for minutes before its first event).
+    read timeout (a model may think for minutes before its first event), and the deadlines of
+    :data:`ATTEMPT_TIMEOUT` (to the response's head) and :data:`EVENT_TIMEOUT` (each event).
     """
 
     _modeled_retryable = _converse_shapes.RETRYABLE_ERRORS
@@ -80,7 +93,11 @@ class BedrockRuntimeClient(LiteClient):
         connect_timeout: float = CONNECT_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         max_attempts: int = MAX_ATTEMPTS,
+        attempt_timeout: float = ATTEMPT_TIMEOUT,
+        event_timeout: float = EVENT_TIMEOUT,
+        max_body: int | None = None,
     ) -> None:
+        """The settings are :class:`LiteClient`'s, plus ``event_timeout``: each event's deadline."""
         super().__init__(
             region=region,
             credentials=credentials,
@@ -89,7 +106,10 @@ class BedrockRuntimeClient(LiteClient):
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             max_attempts=max_attempts,
+            attempt_timeout=attempt_timeout,
+            max_body=max_body,
         )
+        self._event_timeout = event_timeout
 
     def converse_stream(self, **arguments: Any) -> dict[str, Any]:
         """Start a ConverseStream call: ``{"ResponseMetadata": ..., "stream": EventStream}``, as boto3 returns it.
@@ -110,7 +130,9 @@ class BedrockRuntimeClient(LiteClient):
         )
         return {
             "ResponseMetadata": self._response_metadata(response),
-            "stream": EventStream(response, self.endpoint_url),
+            "stream": EventStream(
+                response, self.endpoint_url, before_event=lambda: response.restart_deadline(self._event_timeout)
+            ),
         }
 
     def _error_response(self, response: Response) -> dict[str, Any]:
@@ -124,15 +146,21 @@ class EventStream:
     Iterating yields one ``{eventType: payload}`` dict per event message (messages of an event type
     the model does not define are skipped, as botocore skips them); ``close()`` drops the
     connection. Iterating twice continues where the first iteration stopped.
+
+    ``before_event`` is called as the read of each message starts (the client restarts the body's
+    deadline there: each event has its own, the stream none).
     """
 
-    def __init__(self, body: _Body, endpoint_url: str) -> None:
+    def __init__(self, body: _Body, endpoint_url: str, *, before_event: Callable[[], None] | None = None) -> None:
         self._body = body
         self._endpoint_url = endpoint_url
         self._messages = read_messages(body.read)
+        self._before_event = before_event
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         while True:
+            if self._before_event is not None:
+                self._before_event()
             try:
                 message = next(self._messages)
             except StopIteration:

@@ -50,6 +50,8 @@ class DynamoDBClient(JsonClient):
     _target_prefix = "DynamoDB_20120810"
     _backoff_scale = 0.025  # botocore's non-throttling base for DynamoDB
     _modeled_retryable: ClassVar[frozenset[str]] = frozenset({"ReplicatedWriteConflictException"})
+    # A cancelled transaction may return each of its 100 items (400 KB at most) with its reason.
+    _body_limits: ClassVar[dict[str, int]] = {"TransactWriteItems": 128 * 1024 * 1024}
 
     def get_item(self, **kwargs: Any) -> dict[str, Any]:
         """``GetItem``: ``{"Item": ...}`` when the item exists, else no ``Item`` key."""

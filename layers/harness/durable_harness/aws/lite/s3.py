@@ -1,7 +1,7 @@
 """The S3 calls of the harness (REST-XML), with boto3's method names, arguments and results.
 
 ``put_object``, ``get_object``, ``list_objects_v2`` and ``delete_object``: what the chunk log and
-the checkpoint store call (``aws/_logseal.py``, ``_loglegacy.py``, ``_stateobjects.py``), with the
+the checkpoint store call (``aws/_logseal.py``, ``_stateobjects.py``), with the
 arguments they pass and a few neighbours, and results equal to a botocore client's (the tests
 compare them on the same moto). What botocore does on top of the model, done here too:
 
@@ -28,7 +28,7 @@ import re
 import threading
 import zlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 from urllib.parse import quote, urlsplit
 
 from botocore.exceptions import ClientError, FlexibleChecksumError, ParamValidationError
@@ -94,6 +94,10 @@ class S3Client(LiteClient):
     """
 
     _s3_signing = True
+    # An object is read whole, inside its attempt (StreamingBody): the harness's objects are chunk
+    # log segments (sealed at a few MB) and checkpoints, far below; a listing page (1000 keys of
+    # 1 KB at most) stays under the default.
+    _body_limits: ClassVar[dict[str, int]] = {"GetObject": 256 * 1024 * 1024}
 
     def __init__(self, *, virtual_hosted: bool | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("signing_name", "s3")
