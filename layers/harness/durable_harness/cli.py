@@ -66,9 +66,11 @@ def _serve(args: argparse.Namespace) -> None:
 
     from .agent.pool import tool_threads
     from .errors import AgentConfigError, HarnessError
+    from .hardening import deny_proc_reads
     from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
 
+    deny_proc_reads()  # harness programs and tools' subprocesses cannot read our environment or memory
     try:
         tool_threads()  # a bad TOOL_THREADS fails here, not at the first tool call
     except AgentConfigError as exc:

@@ -16,7 +16,13 @@ class HarnessError(Exception):
 
 
 class RetryableError(HarnessError):
-    """Transient failure: run the slice again from the last checkpoint."""
+    """Transient failure: run the slice again from the last checkpoint.
+
+    ``shown``: the message says nothing secret, so a run that fails after repeated errors of this
+    kind tells the user why (e.g. a harness program that stays silent), not only that it failed.
+    """
+
+    shown: bool = False
 
 
 class FatalError(HarnessError):

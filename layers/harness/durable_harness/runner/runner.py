@@ -44,11 +44,13 @@ from ..storage.writer import ChunkWriter
 from ..telemetry import Telemetry, telemetry_from_env
 from .continuation import ContinuationResolver, turn_request
 from .progress import SliceProgress
+from .result import RECORDED_KEYS, recorded_result
 from .state import (
     ApprovalRecord,
     ContinuationRecord,
     FinalResult,
     RunState,
+    StepMark,
     StreamContext,
     check_agent,
     checkpoint_of,
@@ -242,6 +244,8 @@ class Runner:
                 if isinstance(event, hp.ToolApprovalRequestPart):
                     self._note_approval(state, translator, event)
                 _write(writer, chunks)
+                if isinstance(event, hp.FinishStepPart):
+                    state.steps.append(_step_mark(event))
                 if isinstance(event, hp.ErrorPart):
                     raise ModelError(chunks[0].error_text if chunks else "model error")  # type: ignore[union-attr]
                 slice_point = isinstance(event, hp.FinishStepPart)
@@ -311,7 +315,9 @@ class Runner:
         raise FencedError(f"run {run_id}: could not finalize, the run keeps changing")
 
     def result(self, state: RunState) -> dict[str, Any]:
-        """The run's result (JSON): the harness's account of its turn, with what the runner knows."""
+        """The run's result (JSON): the harness's account of its turn, with what the runner knows
+        (``text``, ``steps`` and ``responseMessages`` from the run's log when the harness gives none;
+        reads the log, so call it off the event loop)."""
         result: dict[str, Any] = {}
         final = state.final_result
         if final is not None:
@@ -321,6 +327,9 @@ class Runner:
             result["pendingApprovals"] = pending_json(state)
         if not foreign(state.agent, self.agent_id):  # another harness's turn state is not this one's to read
             result.update(self.agent.run_result(state.turn))
+        if missing := [key for key in RECORDED_KEYS if key not in result]:
+            recorded = recorded_result(self.log.read(state.run_id, 0), state.steps)
+            result.update({key: recorded[key] for key in missing})
         if final is not None and final.output is not None:
             result["output"] = final.output
         return result
@@ -457,4 +466,13 @@ def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:
         input_tokens=int(usage.input_tokens.total or 0),
         output_tokens=int(usage.output_tokens.total or 0),
         output=output,
+    )
+
+
+def _step_mark(part: hp.FinishStepPart) -> StepMark:
+    usage = part.usage
+    return StepMark(
+        finish_reason=part.finish_reason.unified,
+        input_tokens=int(usage.input_tokens.total or 0),
+        output_tokens=int(usage.output_tokens.total or 0),
     )

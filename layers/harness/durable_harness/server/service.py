@@ -251,7 +251,8 @@ class ChatService:
                 code="run_in_progress",
                 status=409,
             )
-        body: dict[str, Any] = {"runId": state.run_id, "status": state.status, **self.runner.result(state)}
+        result = await asyncio.to_thread(self.runner.result, state)  # it may read the run's log
+        body: dict[str, Any] = {"runId": state.run_id, "status": state.status, **result}
         if state.error:
             body["error"] = state.error
         return body
