@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +121,8 @@ def test_cancel_a_live_run(tmp_path: Path) -> None:
     assert chunks[-1] == {"type": "finish", "finishReason": "other"}
     assert [c["type"] for c in chunks].count("finish") == 1
     assert rest.endswith(b"data: [DONE]\n\n")
-    assert again.status_code == 409 and again.json()["error"]["code"] == "run_ended"
-    assert announced == [(run_id, "cancelled", "Run Cancelled")]  # once: not for the 409
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"  # idempotent
+    assert announced == [(run_id, "cancelled", "Run Cancelled")]  # once: not for the second cancel
 
 
 def test_approvals_of_a_run_without_a_chat_client(url: str) -> None:
@@ -256,3 +258,30 @@ def test_assumed_role_sessions_are_principals_unless_keyed_by_role(tmp_path: Pat
     assert IamAuth("role").authenticate(iam_context(userArn=user)) == user  # not a role: unchanged
     with pytest.raises(ValueError, match="AUTH_IAM_PRINCIPAL"):
         authenticator_from_env({"AUTH_MODE": "iam", "AUTH_IAM_PRINCIPAL": "session"})
+
+
+def test_simultaneous_cancels_all_answer_200_and_the_run_has_one_finish(tmp_path: Path) -> None:
+    kit = build_local_kit(build_demo_agent(delay=0.05), tmp_path / "slow")
+    with (
+        serve(kit.app) as url,
+        httpx.stream(
+            "POST", f"{url}/api/chat", content=json.dumps({"messages": [user_message("tell me something")]}), timeout=10
+        ) as post,
+    ):
+        run_id = post.headers["x-workflow-run-id"]
+        stream = post.iter_raw()
+        next(stream)  # the run is streaming
+        barrier = threading.Barrier(10)
+
+        def cancel(_: int) -> httpx.Response:
+            barrier.wait(timeout=10)  # all ten requests leave together
+            return httpx.post(f"{url}/api/runs/{run_id}/cancel", timeout=30)
+
+        with ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(cancel, range(10)))
+        rest = b"".join(stream)
+        chunks = parse_sse_body(httpx.get(f"{url}/api/chat/{run_id}/stream").content)
+    assert [(a.status_code, a.json()["status"]) for a in answers] == [(200, "cancelled")] * 10
+    assert [c["type"] for c in chunks].count("finish") == 1
+    assert chunks[-1] == {"type": "finish", "finishReason": "other"}
+    assert rest.endswith(b"data: [DONE]\n\n")

@@ -99,6 +99,7 @@ class ChatService:
         """Known storage trouble (local mode): new streams of unfinished runs get a 503 meanwhile."""
         self.announce = announce
         self.inline = inline
+        self._cancels: dict[str, asyncio.Future[RunState]] = {}
 
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
@@ -257,12 +258,28 @@ class ChatService:
         return body
 
     async def cancel(self, run_id: str, principal: str | None) -> RunState:
-        """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log."""
+        """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log.
+
+        Idempotent: a run already cancelled is answered as it is (and announced once). Concurrent
+        cancels of one run in this process share one cancel; across processes the runner's
+        finalize lets the first one through (see :meth:`Runner.finalize_once`).
+        """
         state = await self.load(run_id, principal)
+        running = self._cancels.get(run_id)
+        if running is None:
+            running = self._cancels[run_id] = asyncio.ensure_future(self._cancel(state))
+            running.add_done_callback(lambda _: self._cancels.pop(run_id, None))
+        return await asyncio.shield(running)  # a caller that goes away leaves the others' cancel be
+
+    async def _cancel(self, state: RunState) -> RunState:
+        run_id = state.run_id
         if state.status == "awaiting_tool_approval" and state.continued_by is None:
             try:  # a paused run is abandoned: nothing runs, its log already ends with `finish`
                 abandoned = await asyncio.to_thread(self.runner.abandon, run_id)
             except FencedError:
+                state = await self.load(run_id)
+                if state.status == "cancelled":  # another cancel got there first
+                    return state
                 raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
                                           status=409) from None  # fmt: skip
             await self.runner.notify_cancel(abandoned)
@@ -270,11 +287,13 @@ class ChatService:
             return abandoned
         if state.terminal:
             # A cancel that died between its terminal checkpoint and `finish` is completed here.
-            await self.runner.finalize(run_id, status="cancelled")
+            ended = await self.runner.finalize(run_id, status="cancelled")
+            if ended.status == "cancelled":
+                return ended
             raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
         self.orchestrator.cancel(run_id)
-        cancelled = await self.runner.finalize(run_id, status="cancelled")
-        if cancelled.status == "cancelled":  # not when the run ended by itself first
+        cancelled, ended_here = await self.runner.finalize_once(run_id, status="cancelled")
+        if ended_here and cancelled.status == "cancelled":  # not when the run ended by itself first
             await self._announce(cancelled, "Run Cancelled")
         return cancelled
 
