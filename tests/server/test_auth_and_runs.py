@@ -20,8 +20,9 @@ from durable_harness.demo import SAVED_NOTES, build_demo_agent
 from durable_harness.errors import StorageError
 from durable_harness.server.auth import IamAuth, TokenAuth, authenticator_from_env, parse_token_hashes
 from durable_harness.server.local import LocalKit, build_local_kit
+from durable_harness.server.resume import NOTHING_TO_RESUME
 
-from tests.support import parse_sse_body, serve, user_message
+from tests.support import gated_agent, parse_sse_body, serve, user_message
 
 ALICE, BOB = "alice-token-1234", "bob-token-5678"
 HASHES = ",".join(
@@ -285,3 +286,24 @@ def test_simultaneous_cancels_all_answer_200_and_the_run_has_one_finish(tmp_path
     assert [c["type"] for c in chunks].count("finish") == 1
     assert chunks[-1] == {"type": "finish", "finishReason": "other"}
     assert rest.endswith(b"data: [DONE]\n\n")
+
+
+def test_another_principals_chat_never_resumes(tmp_path: Path) -> None:
+    gate = threading.Event()
+    kit = build_local_kit(gated_agent(gate), tmp_path / "gated", authenticator=TokenAuth.from_entries(HASHES))
+    body = json.dumps({"id": "shared-chat", "messages": [user_message("hi")]})
+    with (
+        serve(kit.app) as url,
+        httpx.stream("POST", f"{url}/api/chat", content=body, headers=auth(ALICE), timeout=10) as post,
+    ):
+        # Bob names the same chat id while Alice's run in it is in progress: his chat has nothing.
+        bob = httpx.get(f"{url}/api/chat/shared-chat/stream?startIndex=0", headers=auth(BOB), timeout=10)
+        bob_later = httpx.get(f"{url}/api/chat/shared-chat/stream?startIndex=2", headers=auth(BOB), timeout=10)
+        with httpx.stream(
+            "GET", f"{url}/api/chat/shared-chat/stream?startIndex=0", headers=auth(ALICE), timeout=10
+        ) as alice:
+            gate.set()
+            assert parse_sse_body(alice.read()) == parse_sse_body(post.read())
+        assert alice.headers["x-workflow-run-id"] == post.headers["x-workflow-run-id"]
+    assert bob.status_code == 200 and bob.content == NOTHING_TO_RESUME
+    assert bob_later.content == NOTHING_TO_RESUME and "x-workflow-run-id" not in bob.headers
