@@ -162,6 +162,29 @@ def test_openapi_document(url: str) -> None:
     )
 
 
+def test_the_openapi_document_requires_the_message_fields_the_server_requires(url: str) -> None:
+    post = httpx.get(f"{url}/openapi.json").json()["paths"]["/api/chat"]["post"]
+    message = post["requestBody"]["content"]["application/json"]["schema"]["properties"]["messages"]["items"]
+    assert set(message["required"]) == {"id", "role", "parts"}
+    for field in message["required"]:  # each one the server refuses a message without
+        sent = {k: v for k, v in user_message("hi").items() if k != field}
+        response = httpx.post(f"{url}/api/chat", content=json.dumps({"messages": [sent]}), headers=auth(ALICE))
+        assert response.status_code == 400 and field in response.json()["error"]["message"], field
+    assert message["properties"]["parts"]["items"]["required"] == ["type"]
+
+
+def test_a_405_names_the_allowed_methods(url: str) -> None:
+    for method, path, allow in [
+        ("GET", "/api/chat", "POST, OPTIONS"),
+        ("DELETE", "/api/runs/wrun_" + "0" * 26, "GET, OPTIONS"),
+        ("GET", "/api/runs/wrun_" + "0" * 26 + "/cancel", "POST, OPTIONS"),
+        ("POST", "/health", "GET, OPTIONS"),
+    ]:
+        response = httpx.request(method, url + path, headers=auth(ALICE))
+        assert response.status_code == 405 and response.headers["allow"] == allow, path
+        assert response.json()["error"]["code"] == "method_not_allowed"
+
+
 def test_a_paused_run_can_be_cancelled_and_then_not_answered(url: str) -> None:
     paused = chat(url, "Please save a note: water the plants").headers["x-workflow-run-id"]
     before = httpx.get(f"{url}/api/chat/{paused}/stream", headers=auth(ALICE)).content

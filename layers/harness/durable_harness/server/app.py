@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from ..errors import InvalidRequestError, RunNotFoundError, StorageError
+from ..errors import InvalidRequestError, MethodNotAllowedError, RunNotFoundError, StorageError
 from ..ids import is_run_id
 from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
 from .auth import Authenticator, NoAuth
@@ -83,6 +83,8 @@ class ChatApp:
             await self._route(scope, receive, send, cors)
         except InvalidRequestError as exc:
             extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
+            if isinstance(exc, MethodNotAllowedError):
+                extra.append((b"allow", exc.allow.encode()))
             await _json(send, exc.status, {"error": {"code": exc.code, "message": str(exc)}}, cors + extra)
         except RunNotFoundError as exc:
             await _json(send, 404, {"error": {"code": "run_not_found", "message": str(exc)}}, cors)
@@ -365,9 +367,7 @@ def _not_found(method: str, scope: Scope) -> InvalidRequestError:
 
 def _allow(method: str, allowed: str) -> None:
     if method != allowed:
-        raise InvalidRequestError(
-            f"Method {method} is not allowed here; use {allowed}.", code="method_not_allowed", status=405
-        )
+        raise MethodNotAllowedError(method, f"{allowed}, OPTIONS")  # OPTIONS: every path answers a preflight
 
 
 def _preflight() -> list[tuple[bytes, bytes]]:
