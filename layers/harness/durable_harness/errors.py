@@ -183,3 +183,11 @@ class OtherAgentError(InvalidRequestError):
         )
         self.run_id = run_id
         self.agent = agent
+
+
+class MethodNotAllowedError(InvalidRequestError):
+    """A 405: the route exists, not for this method; ``allow`` is the ``Allow`` header's value."""
+
+    def __init__(self, method: str, allow: str) -> None:
+        super().__init__(f"Method {method} is not allowed here; use {allow}.", code="method_not_allowed", status=405)
+        self.allow = allow

@@ -20,6 +20,7 @@ another incarnation makes the caller read again.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -186,3 +187,18 @@ def num(attr: dict[str, str]) -> int:
 def meta_attr(meta: dict[str, str]) -> dict[str, Any]:
     """A record's ``meta`` as a DynamoDB map of strings."""
     return {"M": {str(k): {"S": str(v)} for k, v in meta.items()}}
+
+
+def chat_key(chat_id: str, principal: str | None) -> dict[str, Any]:
+    """The key of a chat's pointer item (its latest run). Hashed: a chat id is the client's text (up
+    to 200 characters), a principal an ARN; another principal's chat of the same id is another item."""
+    digest = hashlib.sha256("\x1f".join((principal or "", chat_id)).encode("utf-8", "surrogatepass")).hexdigest()
+    return {"pk": {"S": f"chat#{digest}"}, "sk": {"S": "latest"}}
+
+
+def chat_pointer_item(chat_id: str, principal: str | None, run_id: str, expires_at: int | None) -> dict[str, Any]:
+    """The pointer item naming ``run_id`` as the chat's latest run (it expires with the run's head)."""
+    item = {**chat_key(chat_id, principal), "run_id": {"S": run_id}}
+    if expires_at is not None:
+        item["expires_at"] = n(expires_at)
+    return item

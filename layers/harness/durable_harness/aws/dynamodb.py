@@ -17,6 +17,9 @@ Table layout (shared with the chunk log's items, see :mod:`.chunklog`; the recor
 
     pk (S) = run id    sk (S) = "run#00000001", ...   the records 1..seq (full states or deltas)
 
+    pk (S) = "chat#" + sha256(principal, chat id)    sk (S) = "latest"
+    run_id (S), expires_at (N) the chat's latest run (a resume by chat id), put by each run's creation
+
 A save appends record ``seq + 1`` and moves the head in one ``TransactWriteItems`` (one request;
 DynamoDB bills both items, at two write units per KB as for any transaction), conditional on the
 head's version: a fenced writer writes neither, and no crash can leave one without the other. The
@@ -82,6 +85,8 @@ from ._records import (
     StaleRead,
     cancel_item,
     cancel_reason,
+    chat_key,
+    chat_pointer_item,
     existing_item,
     from_last_full,
     meta_attr,
@@ -219,6 +224,16 @@ class DynamoCheckpointStore:
             item["principal"]["S"] if "principal" in item else None,
             item["chat_id"]["S"] if "chat_id" in item else None,
         )
+
+    def latest_run(self, chat_id: str, principal: str | None) -> str | None:
+        """The run created last for ``principal``'s chat: one strongly consistent GetItem of the
+        chat's pointer item, which each run's creation writes in its transaction (no scan, no index)."""
+        with aws_errors(f"loading the latest run of chat {chat_id!r}"):
+            item = self._ddb.get_item(TableName=self._table, Key=chat_key(chat_id, principal),
+                                      ConsistentRead=True).get("Item")  # fmt: skip
+        if item is None or self._expired(item):
+            return None
+        return str(item["run_id"]["S"])
 
     def incarnation(self, run_id: str) -> str | None:
         """The token of the run's current incarnation (``None`` for a record made before there were
@@ -404,6 +419,10 @@ class DynamoCheckpointStore:
             head_ttl = self._max_age if self._max_age is not None else self._ttl
             head = fresh_log_item(run_id, generation(at, incarnation), None if head_ttl is None else clock + head_ttl)
             writes.append({"Put": {"TableName": self._table, "Item": head}})
+        if record.chat_id is not None:
+            # The chat's latest run, for a resume by chat id: one more item in the same request.
+            pointer = chat_pointer_item(record.chat_id, record.principal, run_id, expires_at)
+            writes.append({"Put": {"TableName": self._table, "Item": pointer}})
         try:
             if len(writes) == 1:
                 self._ddb.put_item(**put)

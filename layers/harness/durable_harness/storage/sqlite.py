@@ -290,6 +290,16 @@ class SqliteCheckpointStore:
             ).fetchall()
         return [Lease(run_id, owner, float(expires or 0.0), _meta_agent(meta)) for run_id, owner, expires, meta in rows]
 
+    def latest_run(self, chat_id: str, principal: str | None) -> str | None:
+        """The run created last for ``principal``'s chat (through the ``runs_by_chat`` index)."""
+        with self._guard() as conn:
+            row = conn.execute(
+                # rowid: the order of the inserts (clock timestamps can tie or step back)
+                "SELECT run_id FROM runs WHERE chat_id = ? AND principal IS ? ORDER BY rowid DESC LIMIT 1",
+                (chat_id, principal),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""
         query = f"SELECT {_COLUMNS} FROM runs"
