@@ -45,7 +45,6 @@ from ..storage.writer import ChunkWriter
 from ..telemetry import Telemetry, telemetry_from_env
 from .continuation import ContinuationResolver, turn_request
 from .progress import SliceProgress
-from .result import RECORDED_KEYS, recorded_result
 from .state import (
     ApprovalRecord,
     ContinuationRecord,
@@ -352,6 +351,8 @@ class Runner:
             result["pendingApprovals"] = pending_json(state)
         if not foreign(state.agent, self.agent_id):  # another harness's turn state is not this one's to read
             result.update(self.agent.run_result(state.turn))
+        from .result import RECORDED_KEYS, recorded_result  # the result API only: kept off the functions' load
+
         if missing := [key for key in RECORDED_KEYS if key not in result]:
             recorded = recorded_result(self.log.read(state.run_id, 0), state.steps)
             result.update({key: recorded[key] for key in missing})
