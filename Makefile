@@ -93,7 +93,7 @@ SAM_VENV ?= .venv-sam
 SAM_ENV := SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1
 NONDEFAULT := tests/deploy/nondefault-parameters.json
 
-.PHONY: deploy-checks sam-setup bench
+.PHONY: deploy-checks sam-setup bench bench-peers-setup
 
 sam-setup: $(SAM_VENV)/.installed
 
@@ -122,5 +122,19 @@ deploy-checks: sam-setup web
 # --- Benchmarks (not part of `make test`) ---------------------------------------------------------
 # Every bench/*.py, then one table of the targets, MET or MISSED (bench/README.md). cold_start.py
 # measures the `sam build` output with python3.12, hence deploy-checks first.
+# A failed peers' install does not stop the benchmarks: peers.py then says which peer it could not measure.
 bench: setup deploy-checks
+	@$(MAKE) --no-print-directory bench-peers-setup || echo "bench: the peers' venv failed to install; peers.py will report it" >&2
 	PYTHON312="$(PYTHON312)" $(PY) bench/_run_all.py
+
+# bench/peers.py's peers (LangGraph, DBOS + Pydantic AI) in their own venv: they pin versions that may
+# clash with ours. Its PostgreSQL is Debian's, installed by the script when missing (as root).
+PEERS_VENV := bench/.venv-peers
+
+bench-peers-setup: $(PEERS_VENV)/.installed
+
+$(PEERS_VENV)/.installed: bench/requirements-peers.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	printf '*\n' > $(PEERS_VENV)/.gitignore
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/requirements-peers.txt
+	cp bench/requirements-peers.txt $@

@@ -101,6 +101,7 @@ ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("deploy_test_
 (a thread of moto's interpreter, i.e. the state machine, or a worker pool of a handler)."""
 
 _invoke_lock = threading.RLock()
+_dynamodb_atomic = threading.Lock()
 
 
 @dataclass
@@ -654,6 +655,12 @@ class MotoStack:
                 # The service's modeled exception where it has one (as botocore raises it): Step
                 # Functions' AWS SDK integration names the error after its class.
                 raise client.exceptions.from_code(code)(error, operation_name)
+            if client.meta.service_model.service_name == "dynamodb":
+                # moto's backends take no locks: a transaction deep-copies the table while another
+                # thread writes it ("dictionary changed size during iteration"), and two conditional
+                # writes can interleave. DynamoDB applies each request atomically: so does this.
+                with _dynamodb_atomic:
+                    return original(client, operation_name, api_params)
             return original(client, operation_name, api_params)
 
         return recording

@@ -97,7 +97,7 @@ def test_status_filter_takes_statuses_and_groups(url: str) -> None:
         ({"cursor": "c1." + base64.urlsafe_b64encode(b'["x","not-a-run"]').decode()}, "invalid_cursor", "nextCursor"),
         ({"cursor": "c1.%%%"}, "invalid_cursor", "nextCursor"),
         ({"page": "2"}, "invalid_query", "status, chat, limit and cursor"),
-        ({"chat": "x" * 201}, "invalid_chat", "200"),
+        ({"chat": "x" * 201}, "invalid_chat_id", "200"),
     ],
 )
 def test_bad_parameters_are_a_400_that_says_what_to_fix(url: str, params: dict[str, str], code: str, says: str) -> None:

@@ -172,8 +172,9 @@ async def test_what_is_not_a_plain_file_in_assets_is_404(tmp_path: Path, site: P
 
 async def test_other_methods_get_405(tmp_path: Path, site: Path) -> None:
     for path in ("/", "/assets/app-ABCD1234.js"):
-        status, _, body = await call(make_app(tmp_path, site), "POST", path)
+        status, head, body = await call(make_app(tmp_path, site), "POST", path)
         assert status == 405 and json.loads(body)["error"]["code"] == "method_not_allowed"
+        assert head["allow"] == "GET, HEAD, OPTIONS"
 
 
 async def test_the_api_is_unchanged_next_to_the_page(tmp_path: Path, site: Path) -> None:

@@ -4,6 +4,7 @@ paging, isolation between principals, the status and chat filters."""
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,3 +109,18 @@ def test_a_saved_status_is_what_the_list_shows(store: Any) -> None:
     store.save(Checkpoint(run_id, '{"step":1}', "failed", principal="alice", chat_id="c1"), record.version)
     assert [(r.run_id, r.status) for r in store.runs_of("alice", limit=5)[0]] == [(run_id, "failed")]
     assert store.runs_of("alice", limit=5, statuses=frozenset({"not_started"}))[0] == []
+
+
+def test_a_sqlite_file_made_before_the_list_gets_its_index_when_opened(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    SqliteCheckpointStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP INDEX runs_by_principal")
+    with SqliteCheckpointStore(path) as store:
+        create(store, "alice")
+        assert len(store.runs_of("alice", limit=5)[0]) == 1
+    with sqlite3.connect(path) as conn:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE principal = ? ORDER BY created_at DESC", ("alice",)
+        ).fetchall()
+    assert any("runs_by_principal" in str(row) for row in plan)

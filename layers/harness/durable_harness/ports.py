@@ -214,6 +214,17 @@ class PrincipalRuns(Protocol):
 
 
 @runtime_checkable
+class ChatRuns(Protocol):
+    """A checkpoint store that finds a chat's latest run without a scan (optional: every store here
+    has it). A resume by chat id (``useChat({resume: true})``) follows that run."""
+
+    def latest_run(self, chat_id: str, principal: str | None) -> str | None:
+        """The id of the run created last for ``principal``'s chat ``chat_id`` (strongly consistent),
+        or ``None`` when that chat has none."""
+        ...
+
+
+@runtime_checkable
 class Orchestrator(Protocol):
     """Drives a run's slices until the run pauses or ends (the state machine, or in-process)."""
 

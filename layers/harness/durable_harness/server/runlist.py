@@ -73,7 +73,7 @@ def parse_list_query(query: Mapping[str, Sequence[str]]) -> ListQuery:
                 )
     chat_id = _one(query, "chat") or None
     if chat_id is not None and len(chat_id) > 200:
-        raise InvalidRequestError("'chat' (a chat id) must be at most 200 characters.", code="invalid_chat")
+        raise InvalidRequestError("'chat' (a chat id) must be at most 200 characters.", code="invalid_chat_id")
     raw_limit = _one(query, "limit")
     limit = DEFAULT_LIMIT
     if raw_limit:

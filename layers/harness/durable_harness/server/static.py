@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, MethodNotAllowedError
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -77,9 +77,7 @@ class StaticSite:
     async def serve(self, method: str, segments: list[str], headers: Mapping[str, str], send: Send) -> None:
         """Answer one request for the page; raises InvalidRequestError (400/404/405) otherwise."""
         if method not in ("GET", "HEAD"):
-            raise InvalidRequestError(
-                f"Method {method} is not allowed here; use GET.", code="method_not_allowed", status=405
-            )
+            raise MethodNotAllowedError(method, "GET, HEAD, OPTIONS")
         if segments[:1] == ["assets"]:
             path = self._asset(segments)
             cache = IMMUTABLE if _HASHED.match(path.name) else NO_CACHE
