@@ -48,7 +48,7 @@ web: $(STATIC)/index.html
 web/node_modules/.installed: web/package.json web/package-lock.json
 	cd web && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed
 
-$(STATIC)/index.html: web/node_modules/.installed web/index.html web/build.mjs $(wildcard web/src/*)
+$(STATIC)/index.html: web/node_modules/.installed web/index.html web/build.mjs $(wildcard web/src/* web/src/runs/*)
 	cd web && npm run build
 
 # Browser tests: playwright-core driving Debian's Chromium (installed when missing and root).

@@ -380,6 +380,7 @@ class MotoStack:
             BillingMode=table["BillingMode"],
             AttributeDefinitions=table["AttributeDefinitions"],
             KeySchema=table["KeySchema"],
+            GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
             SSESpecification={"Enabled": table["SSESpecification"]["SSEEnabled"]},
         )
         ddb.update_time_to_live(TableName=table_name, TimeToLiveSpecification=table["TimeToLiveSpecification"])
@@ -789,6 +790,8 @@ def iam_request(
         return actions, tables
     if prefix == "dynamodb":
         resource = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{params.get('TableName', '*')}"
+        if params.get("IndexName"):  # a Query of an index is authorized on the index's ARN
+            resource += f"/index/{params['IndexName']}"
         return [action], [resource]
     if prefix == "s3":
         bucket = params.get("Bucket", "*")

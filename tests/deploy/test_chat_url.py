@@ -41,6 +41,21 @@ async def test_a_chat_post_streams_the_whole_run_and_a_get_resumes_it(stack: Mot
     assert resumed.headers["x-workflow-stream-tail-index"] == str(len(chunks) - 1)
 
 
+async def test_the_run_list_reads_the_callers_runs_from_the_tables_index(stack: MotoStack) -> None:
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    post = await call(app, sample_event("chat-post.json"))
+    run_id = post.headers["x-workflow-run-id"]
+    stack.wait_for_executions(run_id)
+    listed = await call(app, with_path(sample_event("chat-get.json"), "/api/runs", "limit=5"))
+    assert listed.status == 200, listed.body
+    [run] = listed.json()["runs"]
+    assert (run["runId"], run["status"], run["chatId"]) == (run_id, "finished", "chat-example-1")
+    assert listed.json()["nextCursor"] is None
+    # The Query is on the index, which only the chat function's policy grants (check_iam at teardown).
+    assert any("/index/by-principal" in arn for call_ in stack.calls for arn in call_.resources)
+
+
 async def test_a_get_by_chat_id_follows_the_chats_run_in_progress_and_then_has_nothing(stack: MotoStack) -> None:
     with stack.function_env("ChatFunction"):
         app = load_chat_app()

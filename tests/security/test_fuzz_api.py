@@ -410,7 +410,8 @@ def requests(target: Target) -> st.SearchStrategy[Request]:
 def is_page(target: Target, req: Request) -> bool:
     """A request for the chat page (served only when the page was built)."""
     segments = [unquote(s) for s in req.path.split("/")[1:]]
-    return target.page is not None and (segments in ([""], ["index.html"]) or segments[:1] == ["assets"])
+    pages = ([""], ["index.html"], ["runs"])  # the chat page and the runs inspector
+    return target.page is not None and (segments in pages or segments[:1] == ["assets"])
 
 
 def expected(target: Target, req: Request) -> set[int]:
@@ -450,6 +451,8 @@ def expected(target: Target, req: Request) -> set[int]:
         if kind == "malformed" and not segments[2].startswith("wrun_"):
             return {200, 204, 400}
         return {"malformed": {400}, "absent": {404}}.get(kind, {200, 400})
+    if segments == ["api", "runs"]:  # the caller's runs: a page, or a 400 for a parameter it cannot take
+        return {200, 400} if method == "GET" else {405}
     if len(segments) == 3 and segments[:2] == ["api", "runs"]:
         if method != "GET":
             return {405}
@@ -480,7 +483,8 @@ def expected(target: Target, req: Request) -> set[int]:
 
 ERROR_CODES = {
     400: {"bad_request", "invalid_json", "invalid_messages", "system_message_not_allowed", "unknown_approval",
-          "invalid_start_index", "invalid_run_id", "invalid_chat_id", "missing_approval", "invalid_path"},
+          "invalid_start_index", "invalid_run_id", "invalid_chat_id", "missing_approval", "invalid_path",
+          "invalid_query", "invalid_status", "invalid_limit", "invalid_cursor"},
     401: {"unauthorized"}, 404: {"not_found", "run_not_found"}, 405: {"method_not_allowed"},
     409: {"run_ended", "not_paused", "already_answered", "conflict", "run_in_progress"}, 413: {"body_too_large"},
 }  # fmt: skip

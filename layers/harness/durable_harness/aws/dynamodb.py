@@ -75,9 +75,10 @@ from ..errors import (
     StorageError,
 )
 from ..ids import is_run_id
-from ..ports import Checkpoint, RunSummary
+from ..ports import Checkpoint, ListPosition, RunListing, RunSummary
 from ..storage.records import Folded, fold, parse, plan_create, plan_save
 from ._errors import aws_errors, check_format, error_code, error_item, translate
+from ._listing import query_principal_runs
 from ._logitems import fresh_log_item, generation
 from ._records import (
     RECORD_FORMAT,
@@ -224,6 +225,21 @@ class DynamoCheckpointStore:
             item["principal"]["S"] if "principal" in item else None,
             item["chat_id"]["S"] if "chat_id" in item else None,
         )
+
+    def runs_of(
+        self,
+        principal: str,
+        *,
+        limit: int,
+        after: ListPosition | None = None,
+        statuses: frozenset[str] | None = None,
+        chat_id: str | None = None,
+    ) -> tuple[list[RunListing], ListPosition | None]:
+        """The principal's runs, newest first, from the table's index on (principal, created_at)."""
+        return query_principal_runs(
+            self._ddb, self._table, principal, limit=limit, after=after, statuses=statuses, chat_id=chat_id,
+            clock=self._clock,
+        )  # fmt: skip
 
     def latest_run(self, chat_id: str, principal: str | None) -> str | None:
         """The run created last for ``principal``'s chat: one strongly consistent GetItem of the

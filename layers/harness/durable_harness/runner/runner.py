@@ -206,6 +206,7 @@ class Runner:
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
         turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
+        state.slice_times.append((writer.end, round(time.time(), 3)))
         _write(writer, translator.start(state.message_id))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
@@ -247,6 +248,7 @@ class Runner:
                     continue
                 if isinstance(event, hp.ToolApprovalRequestPart):
                     self._note_approval(state, translator, event)
+                _mark_times(state, writer, chunks)
                 _write(writer, chunks)
                 if isinstance(event, hp.FinishStepPart):
                     state.steps.append(_step_mark(event))
@@ -485,6 +487,18 @@ class Runner:
                 self.on_commit(run_id, expected)
             return
         raise FencedError(f"run {run_id}: could not complete its log, the run keeps changing")
+
+
+_TIMED = frozenset(
+    {"start-step", "finish-step", "tool-input-available", "tool-output-available", "tool-output-error",
+     "tool-approval-request"}
+)  # fmt: skip
+
+
+def _mark_times(state: RunState, writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
+    """Note when the chunks the inspector times are written (``RunState.chunk_times``)."""
+    now = round(time.time(), 3)
+    state.chunk_times.extend((writer.end + i, now) for i, chunk in enumerate(chunks) if chunk.type in _TIMED)
 
 
 def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:

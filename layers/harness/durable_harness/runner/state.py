@@ -113,6 +113,12 @@ class RunState(BaseModel):
     error: str | None = None
     continued_by: str | None = None
     """The run that answered this paused run's approvals through the run API."""
+    slice_times: list[tuple[int, float]] = Field(default_factory=list)
+    """When each slice began: (the log index of its first chunk, epoch seconds)."""
+    chunk_times: list[tuple[int, float]] = Field(default_factory=list)
+    """When the chunks the runs inspector times were written (a step's start and finish, a tool
+    call's input, output or error, an approval request): (log index, epoch seconds). Nothing else in
+    the log or the checkpoint says when something happened; about 20 bytes a mark."""
 
     @property
     def terminal(self) -> bool:

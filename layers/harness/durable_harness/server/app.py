@@ -6,11 +6,13 @@ Routes:
   extra body fields are the agent's call options;
 * ``GET /api/chat/{runId}/stream?startIndex=N`` -- the run's stream from absolute index N
   (N < 0 counts from the tail), following a live run until ``finish`` (``x-workflow-run-id`` too);
+* ``GET /api/runs?status=&chat=&limit=&cursor=`` -- the caller's runs, newest first (see :mod:`.runlist`);
 * ``GET /api/runs/{runId}``, ``GET /api/runs/{runId}/result``, ``POST /api/runs/{runId}/cancel``,
   ``POST /api/runs/{runId}/approvals`` -- the run API (status, result, cancel, approvals of a run
   that has no chat client);
 * ``GET /health`` and ``GET /openapi.json``;
-* ``GET /`` and ``GET /assets/<file>`` -- the chat page, when built and enabled (see :mod:`.static`).
+* ``GET /``, ``GET /runs``, ``GET /runs/<runId>`` and ``GET /assets/<file>`` -- the chat page and the runs
+  inspector, when built and enabled (see :mod:`.static`).
 
 Everything under ``/api`` needs the caller's credentials (see :mod:`.auth`); a run is served
 only to the principal that started it (404 for anyone else).
@@ -37,6 +39,7 @@ from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
 from .auth import Authenticator, NoAuth
 from .openapi import openapi_document
 from .resume import NOTHING_TO_RESUME, chat_run_to_resume
+from .runlist import list_runs, parse_list_query
 from .service import ChatService
 from .static import StaticSite
 
@@ -127,6 +130,10 @@ class ChatApp:
         elif len(segments) == 4 and segments[:2] == ["api", "chat"] and segments[3] == "stream":
             _allow(method, "GET")
             await self._get_stream(scope, segments[2], receive, send, cors, principal)
+        elif segments == ["api", "runs"]:
+            _allow(method, "GET")
+            query = parse_list_query(parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+            await _json(send, 200, await list_runs(self.service.runner.store, principal, query), cors)
         elif len(segments) == 3 and segments[:2] == ["api", "runs"]:
             _allow(method, "GET")
             await _json(send, 200, await self.service.status(_run_id(segments[2]), principal), cors)

@@ -58,6 +58,47 @@ _UI_MESSAGE = {
     },
 }  # fmt: skip
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_LIST_PARAMETERS = [
+    {
+        "name": "status",
+        "in": "query",
+        "description": "Comma-separated run statuses (`finished`, `failed`, ...) or groups (`running`, `waiting`).",
+        "schema": {"type": "string"},
+    },
+    {"name": "chat", "in": "query", "description": "Only the runs of this chat id.", "schema": {"type": "string"}},
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 25}},
+    {
+        "name": "cursor",
+        "in": "query",
+        "description": "The `nextCursor` of the previous page (opaque).",
+        "schema": {"type": "string"},
+    },
+]
+_RUN_LIST = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "required": ["runs", "nextCursor"],
+            "properties": {
+                "runs": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["runId", "status", "createdAt", "chatId"],
+                        "properties": {
+                            "runId": _RUN_ID,
+                            "status": {"type": "string"},
+                            "createdAt": {"type": "string", "description": "ISO 8601, UTC."},
+                            "chatId": {"type": ["string", "null"]},
+                            "agent": {"type": "string"},
+                        },
+                    },
+                },
+                "nextCursor": {"type": ["string", "null"], "description": "The next page's cursor; null: the last."},
+            },
+        }
+    }
+}
 _USAGE = {
     "type": "object",
     "required": ["inputTokens", "outputTokens", "totalTokens"],
@@ -159,6 +200,13 @@ def openapi_document() -> dict[str, Any]:
                         "204": {"description": "By chat id without startIndex: nothing to resume."},
                         **_ERRORS,
                     },
+                }
+            },
+            "/api/runs": {
+                "get": {
+                    "summary": "The caller's runs, newest first, a page at a time (only the caller's own runs).",
+                    "parameters": _LIST_PARAMETERS,
+                    "responses": {"200": {"description": "A page of runs.", "content": _RUN_LIST}, **_ERRORS},
                 }
             },
             "/api/runs/{runId}": {

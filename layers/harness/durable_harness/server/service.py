@@ -201,6 +201,9 @@ class ChatService:
             "chunkCount": await self.count(run_id),
             "pendingApprovals": pending,
             "continuedBy": state.continued_by,
+            # When slices began and timed chunks were written: (log index, epoch seconds), for the inspector.
+            "sliceTimes": state.slice_times,
+            "chunkTimes": state.chunk_times,
         }
         if result is not None:
             body["finishReason"] = result.finish_reason

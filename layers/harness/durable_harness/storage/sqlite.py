@@ -46,7 +46,7 @@ from ..errors import (
     RunNotFoundError,
     StorageError,
 )
-from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, RunSummary
+from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, ListPosition, RunListing, RunSummary
 from ._private import make_private_dirs, touch_private
 from .records import Folded, fold, plan_create, plan_save
 
@@ -87,6 +87,9 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 """
 
+_PRINCIPAL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, created_at, run_id)"
+"""The runs inspector's list (``runs_of``); made when a file is opened, so that a file of this format
+made before the list existed gets it too (a no-op read once it is there)."""
 _COLUMNS = "run_id, version, epoch, status, principal, chat_id, state, meta, seq"
 _CACHE_RUNS = 256
 # Orders list_runs by "last written": clock timestamps can tie or step back, a counter bumped
@@ -312,6 +315,38 @@ class SqliteCheckpointStore:
             rows = conn.execute(query, (*params, max(limit, 0))).fetchall()
             return [self._decode(conn, row) for row in rows]
 
+    def runs_of(
+        self,
+        principal: str,
+        *,
+        limit: int,
+        after: ListPosition | None = None,
+        statuses: frozenset[str] | None = None,
+        chat_id: str | None = None,
+    ) -> tuple[list[RunListing], ListPosition | None]:
+        """The principal's runs, newest first, from the index on (principal, created_at, run_id)."""
+        # Run ids only: the approval ledger keeps its records in this table too.
+        query = (
+            "SELECT run_id, status, created_at, chat_id, meta FROM runs"
+            " WHERE principal = ? AND run_id LIKE 'wrun!_%' ESCAPE '!'"
+        )
+        params: list[Any] = [principal]
+        if statuses is not None:
+            query += f" AND status IN ({', '.join('?' for _ in statuses)})"
+            params += sorted(statuses)
+        if chat_id is not None:
+            query += " AND chat_id = ?"
+            params.append(chat_id)
+        if after is not None:
+            query += " AND (created_at, run_id) < (?, ?)"
+            params += after
+        query += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        with self._guard() as conn:
+            rows = conn.execute(query, (*params, max(limit, 0) + 1)).fetchall()
+        listed = [RunListing(r[0], r[1], r[2], r[3], _meta_agent(r[4])) for r in rows[: max(limit, 0)]]
+        more = len(rows) > len(listed) and listed
+        return listed, (listed[-1].created_at, listed[-1].run_id) if more else None
+
     def close(self) -> None:
         """Close the connection; a later call reopens it."""
         with self._lock:
@@ -353,6 +388,7 @@ class SqliteCheckpointStore:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
                 _prepare(conn, self._path)
+                conn.execute(_PRINCIPAL_INDEX)
             except BaseException:
                 conn.close()
                 raise
