@@ -9,13 +9,13 @@ PORT ?= 8000
 # A second interpreter for the suite (the code supports 3.11 and 3.12); skipped if absent.
 PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(command -v python3.12); do "$$p" -c 'import sys' 2>/dev/null && echo "$$p" && break; done)
 
-.PHONY: dev chat web chromium test-browser test test-loaded setup node-setup lint typecheck test-python test-python312 test-node clean
+.PHONY: dev chat web chromium test-browser test test-loaded setup serve-setup node-setup lint typecheck test-python test-python312 test-node clean
 
-dev: setup web
+dev: serve-setup web
 	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
 
 # A terminal chat with the server `make dev` runs (in a second terminal).
-chat: setup
+chat: serve-setup
 	$(PY) -m durable_harness chat --url http://$(HOST):$(PORT)
 
 test: setup node-setup lint typecheck test-python test-node test-browser deploy-checks test-python312
@@ -24,12 +24,24 @@ test: setup node-setup lint typecheck test-python test-node test-browser deploy-
 test-loaded:
 	bash tests/loaded.sh $(or $(RUNS),3)
 
+# setup: the package (editable) with every extra, the test suite's tools and the linters (`test`, `dev`).
+# serve-setup (make dev, make chat): the package alone, what serving needs, with pip's progress shown;
+# EXTRAS adds extras (`EXTRAS=pydantic-ai,aws make dev`), each set with its own stamp.
+EXTRAS ?=
+SERVE_STAMP := $(VENV)/.installed-serve$(if $(EXTRAS),-$(EXTRAS))
 setup: $(VENV)/.installed
+serve-setup: $(SERVE_STAMP)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	touch $@
+
+$(SERVE_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --progress-bar on -e '.$(if $(EXTRAS),[$(EXTRAS)])'
 	touch $@
 
 node-setup: tests/node/node_modules/.installed

@@ -34,10 +34,22 @@ def load_agent(spec: str, **kwargs: Any) -> Harness:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"--agent must look like 'package.module:name', got {spec!r}")
+    # The working folder, as `python -m` and uvicorn's --app-dir have it: the `durable-harness`
+    # script (sys.path[0] is its bin/ folder) then finds an agent file there too. Appended, so an
+    # installed module of the same name wins. From the repository, the editable install's path has
+    # layers/harness (the demo my_agent.py); in the Lambda layer it shares /opt/python with the package.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"cannot load agent {spec!r}: {exc}") from exc
+        hint = (
+            " (the default agent is the repository's layers/harness/my_agent.py: with the package installed "
+            "from a wheel, write your own my_agent.py with a build_agent() in the working folder, or set AGENT)"
+            if spec == DEFAULT_AGENT and isinstance(exc, ModuleNotFoundError) and exc.name == module_name
+            else ""
+        )
+        raise SystemExit(f"cannot load agent {spec!r}: {exc}{hint}") from exc
     agent = target if isinstance(target, Harness) or not callable(target) else target(**kwargs)
     if not isinstance(agent, Harness):
         raise SystemExit(
