@@ -102,7 +102,7 @@ def test_a_fresh_venv_installs_the_wheel_and_its_pydantic_ai_extra(wheel: Path, 
     no_agent = subprocess.run([venv / "bin" / "durable-harness", "serve", "--port", "0"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
     assert no_agent.returncode != 0 and "Traceback" not in no_agent.stderr
-    assert "write your own my_agent.py" in no_agent.stderr
+    assert "write your own my_agent.py with a build_agent() in the working folder" in no_agent.stderr
     agent_file = "from durable_harness import Agent\n\ndef build_agent():\n    return Agent(model='demo')\n"
     (tmp_path / "my_agent.py").write_text(agent_file)
     loaded = "from durable_harness.cli import DEFAULT_AGENT as A, load_agent; print(type(load_agent(A)).__name__)"

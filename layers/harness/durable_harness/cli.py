@@ -5,6 +5,7 @@ inspects and controls runs."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -40,16 +41,16 @@ def load_agent(spec: str, **kwargs: Any) -> Harness:
     # layers/harness (the demo my_agent.py); in the Lambda layer it shares /opt/python with the package.
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
+    if spec == DEFAULT_AGENT and importlib.util.find_spec(module_name) is None:
+        raise SystemExit(
+            f"cannot load agent {spec!r}: no {module_name}.py here. The default agent is the repository's "
+            f"layers/harness/{module_name}.py; with the package installed from a wheel, write your own "
+            f"{module_name}.py with a build_agent() in the working folder, or set AGENT=module:attribute"
+        )
     try:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
-        hint = (
-            " (the default agent is the repository's layers/harness/my_agent.py: with the package installed "
-            "from a wheel, write your own my_agent.py with a build_agent() in the working folder, or set AGENT)"
-            if spec == DEFAULT_AGENT and isinstance(exc, ModuleNotFoundError) and exc.name == module_name
-            else ""
-        )
-        raise SystemExit(f"cannot load agent {spec!r}: {exc}{hint}") from exc
+        raise SystemExit(f"cannot load agent {spec!r}: {exc}") from exc
     agent = target if isinstance(target, Harness) or not callable(target) else target(**kwargs)
     if not isinstance(agent, Harness):
         raise SystemExit(
