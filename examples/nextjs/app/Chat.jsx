@@ -41,6 +41,14 @@ export function Chat({ saved }) {
     onFinish: ({ messages: finished }) => {
       if (runId.current == null) chatStore.saveChat(id, finished); // only a whole reply is saved
     },
+    // A 4xx for the stored run (unknown, expired, another principal's) will not get better by
+    // retrying: forget it, keep the history as it was posted.
+    onError: (failure) => {
+      if (runId.current && /Failed to fetch chat: 4\d\d/.test(String(failure?.message))) {
+        runId.current = null;
+        chatStore.clearRun();
+      }
+    },
   });
 
   // After a reload with a run still streaming: resume it once (not useChat's `resume: true`, which

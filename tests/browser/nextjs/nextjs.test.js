@@ -94,7 +94,7 @@ before(async () => {
 });
 
 after(async () => {
-  const errors = browser?.errors() ?? [];
+  const errors = browser?.errors(/status of 404/) ?? []; // the unknown run's resume GET
   await browser?.close();
   await next?.stop();
   await kit?.stop();
@@ -171,4 +171,24 @@ test('Stop cancels the run on the server', { timeout: 90_000 }, async () => {
   await waitFor(page, (s) => s.status === 'ready' && s.storedRun == null, 'the stream ended');
   const res = await fetch(`${kit.base}/api/runs/${streaming.storedRun}`, { headers: { authorization: `Bearer ${TOKEN}` } });
   assert.equal((await res.json()).status, 'cancelled');
+});
+
+test('a stored run the server does not know: the resume fails once and the run is forgotten', { timeout: 90_000 }, async () => {
+  const { page } = browser;
+  await newChat(page);
+  const unknown = `wrun_${'0'.repeat(26)}`;
+  await page.evaluate((runId) => {
+    const chat = { id: 'chat-unknown-run', messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'Hello' }] }] };
+    localStorage.setItem('nextjs-example:chat', JSON.stringify(chat));
+    localStorage.setItem('nextjs-example:run', JSON.stringify(runId));
+  }, unknown);
+  await page.reload();
+  const failed = await waitFor(page, (s) => s.status === 'error' && s.storedRun == null, 'the error, and the run forgotten');
+  assert.match(failed.statusText, /404/);
+  assert.equal(failed.users.length, 1, 'the history is kept');
+  const gets = browser.requests.filter((r) => r.method === 'GET' && r.url.includes(`/api/chat/${unknown}/stream`));
+  assert.equal(gets.length, 1, 'asked once, no retry loop');
+  await page.reload();
+  await waitFor(page, (s) => s.status === 'ready' && s.users.length === 1, 'ready after a reload, nothing to resume');
+  assert.equal(browser.requests.filter((r) => r.url.includes(`/api/chat/${unknown}/stream`)).length, 1);
 });
