@@ -78,7 +78,9 @@ def test_the_layer_installs_every_runtime_dependency() -> None:
     layer = [line for line in lines if line.strip() and not line.startswith("#")]
     # uvicorn serves `make dev` only: the chat function serves with h11 (durable_harness.server.httpd)
     local_only = {"uvicorn"}
-    assert names(pyproject["project"]["dependencies"]) - local_only <= names(layer)
+    # The layer is the library with its `aws` extra (the functions' AWS adapters and Bedrock).
+    runtime = pyproject["project"]["dependencies"] + pyproject["project"]["optional-dependencies"]["aws"]
+    assert names(runtime) - local_only <= names(layer)
     assert not names(layer) & local_only and "h11" in names(layer)
     assert any(line.startswith("aws-lambda-powertools[tracer]") for line in layer)  # Tracer needs the X-Ray SDK
 
@@ -91,7 +93,8 @@ from the model files of the botocore repository's release tags); the chunk log u
 def test_the_sdk_floor_has_the_conditional_writes_the_chunk_log_uses() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     layer = (ROOT / "layers" / "harness" / "requirements.txt").read_text().splitlines()
-    for source, requirements in (("pyproject.toml", pyproject["project"]["dependencies"]), ("layer", layer)):
+    aws = pyproject["project"]["optional-dependencies"]["aws"]
+    for source, requirements in (("pyproject.toml [aws]", aws), ("layer", layer)):
         for package in ("boto3", "botocore"):
             [floor] = [r for r in requirements if re.match(rf"{package}\s*>=", r)]
             version = tuple(int(x) for x in floor.split(">=")[1].split(",")[0].strip().split("."))

@@ -5,6 +5,7 @@ inspects and controls runs."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -36,6 +37,18 @@ def load_agent(spec: str, **kwargs: Any) -> Harness:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"--agent must look like 'package.module:name', got {spec!r}")
+    # The working folder, as `python -m` and uvicorn's --app-dir have it: the `durable-harness`
+    # script (sys.path[0] is its bin/ folder) then finds an agent file there too. Appended, so an
+    # installed module of the same name wins. From the repository, the editable install's path has
+    # layers/harness (the demo my_agent.py); in the Lambda layer it shares /opt/python with the package.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    if spec == DEFAULT_AGENT and importlib.util.find_spec(module_name) is None:
+        raise SystemExit(
+            f"cannot load agent {spec!r}: no {module_name}.py here. The default agent is the repository's "
+            f"layers/harness/{module_name}.py; with the package installed from a wheel, write your own "
+            f"{module_name}.py with a build_agent() in the working folder, or set AGENT=module:attribute"
+        )
     try:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
