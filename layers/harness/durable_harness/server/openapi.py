@@ -206,7 +206,11 @@ def openapi_document() -> dict[str, Any]:
                 "get": {
                     "summary": "The caller's runs, newest first, a page at a time (only the caller's own runs).",
                     "parameters": _LIST_PARAMETERS,
-                    "responses": {"200": {"description": "A page of runs.", "content": _RUN_LIST}, **_ERRORS},
+                    "responses": {
+                        "200": {"description": "A page of runs.", "content": _RUN_LIST},
+                        **_ERRORS,
+                        "501": {**_ERROR, "description": "This server's run store cannot list runs."},
+                    },
                 }
             },
             "/api/runs/{runId}": {
