@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import HarnessError, InvalidRequestError, ProtocolError, StorageError
-from ..ids import derived_run_id, is_run_id
+from ..ids import MAX_CHAT_ID, derived_run_id, is_run_id
 from ..protocol.ui_messages import TextUIPart, UIMessage, parse_ui_messages
 from ..runner.state import RunState
 from ._errors import aws_errors
@@ -262,8 +262,10 @@ def parse_start_run_event(event: Mapping[str, Any], *, source: str = START_RUN_S
         raise InvalidRequestError("the event's detail must be an object", code="invalid_event")
     run_id = run_id_for_event(event)
     chat_id = detail.get("chatId")
-    if chat_id is not None and (not isinstance(chat_id, str) or not 0 < len(chat_id) <= 200):
-        raise InvalidRequestError("detail.chatId must be a string of 1 to 200 characters", code="invalid_event")
+    if chat_id is not None and (not isinstance(chat_id, str) or not 0 < len(chat_id) <= MAX_CHAT_ID):
+        raise InvalidRequestError(
+            f"detail.chatId must be a string of 1 to {MAX_CHAT_ID} characters", code="invalid_event"
+        )
     prompt, raw = detail.get("prompt"), detail.get("messages")
     if (prompt is None) == (raw is None):
         raise InvalidRequestError("detail needs exactly one of 'prompt' and 'messages'", code="invalid_event")

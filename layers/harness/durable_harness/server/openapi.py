@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from ..ids import MAX_CHAT_ID
 
 _RUN_ID = {"type": "string", "pattern": "^wrun_[0-9a-z]{26}$", "description": "A run id (from x-workflow-run-id)."}
 _ERROR = {
@@ -43,7 +44,7 @@ _PATH_RUN = [{"name": "runId", "in": "path", "required": True, "schema": _RUN_ID
 _PATH_RUN_OR_CHAT = [{
     "name": "runId", "in": "path", "required": True,
     "description": "A run id, or a chat id (the `id` of its POSTs): the chat's latest run while it is in progress.",
-    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_CHAT_ID},
 }]  # fmt: skip
 _UI_MESSAGE = {
     "type": "object",
@@ -160,7 +161,7 @@ def openapi_document() -> dict[str, Any]:
                                     "type": "object",
                                     "required": ["messages"],
                                     "properties": {
-                                        "id": {"type": "string", "minLength": 1, "maxLength": 200},
+                                        "id": {"type": "string", "minLength": 1, "maxLength": MAX_CHAT_ID},
                                         "messages": {"type": "array", "minItems": 1, "items": _UI_MESSAGE},
                                         "trigger": {
                                             "type": "string",
@@ -171,7 +172,7 @@ def openapi_document() -> dict[str, Any]:
                                         "messageId": {
                                             "type": "string",
                                             "minLength": 1,
-                                            "maxLength": 200,
+                                            "maxLength": MAX_CHAT_ID,
                                             "description": "With a regenerate: the assistant message it "
                                             "replaces (the same one again is a retry: the same run).",
                                         },
@@ -206,7 +207,11 @@ def openapi_document() -> dict[str, Any]:
                 "get": {
                     "summary": "The caller's runs, newest first, a page at a time (only the caller's own runs).",
                     "parameters": _LIST_PARAMETERS,
-                    "responses": {"200": {"description": "A page of runs.", "content": _RUN_LIST}, **_ERRORS},
+                    "responses": {
+                        "200": {"description": "A page of runs.", "content": _RUN_LIST},
+                        **_ERRORS,
+                        "501": {**_ERROR, "description": "This server's run store cannot list runs."},
+                    },
                 }
             },
             "/api/runs/{runId}": {
