@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from ..harness.interface import Checkpoint, HarnessEvent
+from ..harness.interface import Checkpoint, HarnessEvent, Wait
 from ..protocol import harness_parts as hp
 from ..protocol import ui_chunks as uc
 
@@ -179,6 +179,8 @@ class SliceRecorder:
             logger.exception("telemetry: could not record an event; this slice's spans are incomplete")
 
     def _event(self, event: HarnessEvent, now: int) -> None:
+        if isinstance(event, Wait):
+            return
         if isinstance(event, Checkpoint):
             if self._step is None:
                 self._boundary = now  # the step's checkpoint is written: the next step starts now
