@@ -208,7 +208,8 @@ def verify_event_token(secret: ApprovalSecret, token: str, *, now: float | None 
     """The claims of a token signed by one of the secret's keys: 401 if it is not, 410 if expired."""
     body, _, mac = token.partition(".")
     keys = secret.keys()
-    if not body or not mac or not keys or not any(hmac.compare_digest(mac, _mac(k, body)) for k in keys):
+    valid = any(hmac.compare_digest(mac.encode(), _mac(k, body).encode()) for k in keys)
+    if not body or not mac or not valid:
         raise InvalidRequestError("The event URL's token is not valid (altered, or not issued here).",
                                   code="invalid_token", status=401)  # fmt: skip
     run_id, call_id, name, expires = json.loads(_unb64(body))

@@ -16,7 +16,8 @@ Durability is ``synchronous=NORMAL``: a committed write survives a crash of the 
 not necessarily a power cut, which is the right trade for a development store.
 
 The same file keeps the local orchestrator's run leases (:class:`~durable_harness.ports.RunLeases`,
-decision D13) in a table of their own. The database file is created 0600 (SQLite gives its WAL and
+decision D13) and the timers of parked runs (:class:`~durable_harness.ports.RunTimers`, D16) in
+tables of their own. The database file is created 0600 (SQLite gives its WAL and
 shared-memory files the same mode), its folder 0700.
 """
 
@@ -71,6 +72,10 @@ CREATE TABLE IF NOT EXISTS leases (
     run_id     TEXT PRIMARY KEY,
     owner      TEXT NOT NULL,
     expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS timers (
+    run_id TEXT PRIMARY KEY,
+    due_at REAL NOT NULL
 );
 """
 
@@ -276,6 +281,25 @@ class SqliteCheckpointStore:
                 (*ACTIVE_STATUSES, max(limit, 0)),
             ).fetchall()
         return [Lease(run_id, owner, float(expires or 0.0), _meta_agent(meta)) for run_id, owner, expires, meta in rows]
+
+    # --- timers of parked runs (local orchestrator) -------------------------------------------------
+
+    def set_timer(self, run_id: str, due_at: float) -> None:
+        """Start the run at ``due_at``, replacing its earlier timer."""
+        with self._transaction() as conn:
+            conn.execute("INSERT INTO timers (run_id, due_at) VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE"
+                         " SET due_at = excluded.due_at", (run_id, due_at))  # fmt: skip
+
+    def clear_timer(self, run_id: str) -> None:
+        """Drop the run's timer, if any."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM timers WHERE run_id = ?", (run_id,))
+
+    def list_timers(self) -> list[tuple[str, float]]:
+        """Every timer, soonest first."""
+        with self._guard() as conn:
+            rows = conn.execute("SELECT run_id, due_at FROM timers ORDER BY due_at").fetchall()
+        return [(run_id, float(due)) for run_id, due in rows]
 
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""
