@@ -195,6 +195,23 @@ def repair_errors_after_stop() -> Any:
     return mock.patch.object(Environment, "set_error", set_error)
 
 
+def repair_stop_during_callback() -> Any:
+    """Patch moto so that a stop ends a callback wait (``.waitForTaskToken``) at once, as on AWS.
+
+    moto's interpreter notices a stop only between states: a task that waits for its token (a
+    parked run's ``AwaitEvent``, whose timeout is the wait's deadline) would go on waiting until
+    its timeout. On AWS, StopExecution ends the waiting task immediately.
+    """
+    original = Environment.set_stop
+
+    def set_stop(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        for endpoint in list(self.callback_pool_manager._pool.values()):
+            endpoint.interrupt_all()
+
+    return mock.patch.object(Environment, "set_stop", set_stop)
+
+
 def attribute_sdk_tasks() -> Any:
     """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) and its optimized DynamoDB
     integration (``arn:aws:states:::dynamodb:...``) so that the calls they make are recorded as the
@@ -297,6 +314,7 @@ class MotoStack:
             repair_lambda_unknown(),
             attribute_sdk_tasks(),
             repair_errors_after_stop(),
+            repair_stop_during_callback(),
             self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")

@@ -66,7 +66,9 @@ class ChatApp:
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
         static_dir: str | Path | None = None,
         on_startup: Callable[[], Awaitable[None]] | None = None,
+        wake: Callable[[str], None] | None = None,
     ) -> None:
+        """``wake(run_id)``: how an event delivery makes a parked run go on (see :class:`.events.EventDesk`)."""
         self.service = service
         self.authenticator = authenticator or NoAuth()
         self.max_body_bytes = max_body_bytes
@@ -74,7 +76,7 @@ class ChatApp:
         self.on_shutdown = on_shutdown
         self.on_startup = on_startup
         self.static_site = StaticSite(static_dir) if static_dir is not None else None
-        self.events = EventDesk(service)
+        self.events = EventDesk(service, wake)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

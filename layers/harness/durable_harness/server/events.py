@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,8 +45,11 @@ class DeliveryAnswer:
 class EventDesk:
     """Takes events for runs and wakes the runs that wait for them."""
 
-    def __init__(self, service: ChatService) -> None:
+    def __init__(self, service: ChatService, wake: Callable[[str], None] | None = None) -> None:
+        """``wake(run_id)``: makes a parked run go on (deployed, it answers the parked execution's
+        task); by default the orchestrator starts the run (locally, a slice that sees the event)."""
         self.service = service
+        self.wake = wake or service.orchestrator.start
 
     async def by_token(self, token: str, body: bytes) -> DeliveryAnswer:
         """An event posted to a signed event URL (the token checked before anything else)."""
@@ -73,6 +77,7 @@ class EventDesk:
         runner, run_id = self.service.runner, state.run_id
         first = await asyncio.to_thread(runner.events.get, run_id, name)
         if first is not None:
+            await self._wake_if_due(run_id)  # the first delivery's wake may have failed after its record
             return _duplicate(first)
         _check_open(state, name, expired_410)
         waiting = state.status == "awaiting_event" and any(w.kind == "event" and w.name == name for w in state.waits)
@@ -82,12 +87,15 @@ class EventDesk:
         )
         if not created:
             return _duplicate(delivery)
-        # Looked at again after the write: a run that parked meanwhile (it did not see the event)
-        # is started now; one that is running finds the event when its tool asks.
-        now = await self.service.load(run_id)
-        if now.status == "awaiting_event" and runner.due(now):
-            self.service.orchestrator.start(run_id)
+        await self._wake_if_due(run_id)
         return DeliveryAnswer(202, delivery.to_json())
+
+    async def _wake_if_due(self, run_id: str) -> None:
+        """Wake the run if it is parked and due. Looked at after the event's write: a run that parked
+        meanwhile (it did not see the event) goes on now; a running one finds it when its tool asks."""
+        state = await self.service.load(run_id)
+        if state.status == "awaiting_event" and await asyncio.to_thread(self.service.runner.due, state):
+            await asyncio.to_thread(self.wake, run_id)
 
 
 def _check_open(state: RunState, name: str, expired_410: bool) -> None:
