@@ -18,6 +18,7 @@ from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
 from durable_harness.runner import Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
+from durable_harness.telemetry import RunTelemetry, SliceRecord, agent_info
 from durable_harness.waits import WaitTimeout
 from pydantic import BaseModel
 
@@ -129,3 +130,35 @@ async def test_a_timeout_reaches_the_tool_as_wait_timeout(tmp_path: Path) -> Non
     assert final.status == "finished"
     output = next(p for p in message_of(log_chunks(log, run.run_id))["parts"] if p["type"] == "tool-run_build")
     assert output["output"]["status"] == "timed out"
+
+
+class Records:
+    """An exporter that keeps every slice record."""
+
+    def __init__(self) -> None:
+        self.records: list[SliceRecord] = []
+
+    def export(self, record: SliceRecord) -> None:
+        self.records.append(record)
+
+
+async def test_a_wait_is_a_span_with_its_name_and_duration_and_the_parking_slice_counts_a_waiting_run(
+    tmp_path: Path,
+) -> None:
+    agent = build_agent(tmp_path / "e.txt")
+    runner, _ = make_runner(agent)
+    exported = Records()
+    runner.telemetry = RunTelemetry([exported], agent_info(agent))
+    run = runner.create_run(prompt(), message_id="msg_1")
+    parked = await runner.run(run.run_id)
+    [parking] = exported.records
+    assert parking.runs_waiting == 1 and parking.span.attributes["durable_harness.waits.started"] == 1
+    assert not [s for s in parking.span.walk() if s.kind == "wait"]  # the wait has not ended yet
+    runner.events.deliver(run.run_id, "build-done", {"status": "passed"}, outcome="resumed", via="test")
+    await runner.run(run.run_id)
+    resumed = exported.records[-1]
+    assert resumed.runs_waiting == 0
+    [wait] = [s for s in resumed.span.walk() if s.kind == "wait"]
+    assert wait.name == "wait build-done" and wait.attributes["durable_harness.wait.kind"] == "event"
+    assert wait.start_ns == int(parked.waits[0].since * 1e9) and wait.end_ns >= wait.start_ns
+    assert wait.attributes["durable_harness.wait.duration_ms"] == (wait.end_ns - wait.start_ns) / 1e6
