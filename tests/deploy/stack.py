@@ -418,6 +418,8 @@ class MotoStack:
             name = self._physical(logical_id)
             r.physical[logical_id] = name
             r.attributes[(logical_id, "Arn")] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+        # SAM's Function URL of the chat function (the slice function's PUBLIC_URL); moto serves none.
+        r.attributes[("ChatFunctionUrl", "FunctionUrl")] = f"https://{self._physical('ChatFunction').lower()}.lambda-url.{REGION}.on.aws/"
         for logical_id in serverless:
             props = r.resolve(function_properties(self.template, logical_id))
             fn = DeployedFunction(

@@ -162,3 +162,57 @@ async def test_a_wait_is_a_span_with_its_name_and_duration_and_the_parking_slice
     assert wait.name == "wait build-done" and wait.attributes["durable_harness.wait.kind"] == "event"
     assert wait.start_ns == int(parked.waits[0].since * 1e9) and wait.end_ns >= wait.start_ns
     assert wait.attributes["durable_harness.wait.duration_ms"] == (wait.end_ns - wait.start_ns) / 1e6
+
+
+def one_tool_agent(function: Any, *, retries: int = 0) -> ToolLoopAgent:
+    """An agent whose first step calls ``function`` (an async tool of a Build input) once."""
+    model = ScriptedModel([tool_calls_step(("c1", "job", {"repo": "acme/app"})), text_step("Done.")])
+    return ToolLoopAgent(model=model, tools=[tool(name="job", retries=retries)(function)], approval_secret=SECRET)
+
+
+def tool_part(log: MemoryChunkLog, run_id: str) -> dict[str, Any]:
+    return next(p for p in message_of(log_chunks(log, run_id))["parts"] if p["type"] == "tool-job")
+
+
+async def test_a_failing_step_is_retried_per_the_tools_retries_and_its_final_error_is_recorded() -> None:
+    attempts: list[str] = []
+
+    def flaky() -> str:
+        attempts.append("try")
+        if len(attempts) < 3:
+            raise RuntimeError(f"attempt {len(attempts)} failed")
+        return "built"
+
+    async def job(input: Build, ctx: ToolContext) -> dict[str, Any]:
+        """Build, then wait."""
+        result = await ctx.step("build", flaky)
+        await ctx.wait_for_event("go")
+        return {"result": result}
+
+    runner, log = make_runner(one_tool_agent(job, retries=2))  # three tries in all
+    run = runner.create_run(prompt(), message_id="msg_1")
+    assert (await runner.run(run.run_id)).status == "awaiting_event"
+    runner.events.deliver(run.run_id, "go", None, outcome="resumed", via="test")
+    assert (await runner.run(run.run_id)).status == "finished"
+    assert attempts == ["try"] * 3  # the replay returned the recorded result
+    assert tool_part(log, run.run_id)["output"] == {"result": "built"}
+
+    attempts.clear()
+    failing, failing_log = make_runner(one_tool_agent(job))  # no retry: the first error is final
+    run = failing.create_run(prompt(), message_id="msg_2")
+    assert (await failing.run(run.run_id)).status == "finished"
+    assert attempts == ["try"]
+    assert tool_part(failing_log, run.run_id)["errorText"] == "Step 'build' failed: attempt 1 failed"
+
+
+async def test_a_step_name_used_twice_in_one_call_is_a_tool_error() -> None:
+    async def job(input: Build, ctx: ToolContext) -> str:
+        """Two steps of one name."""
+        await ctx.step("same name", lambda: 1)
+        await ctx.step("same name", lambda: 2)
+        return "unreachable"
+
+    runner, log = make_runner(one_tool_agent(job))
+    run = runner.create_run(prompt(), message_id="msg_1")
+    assert (await runner.run(run.run_id)).status == "finished"
+    assert "used twice" in tool_part(log, run.run_id)["errorText"]

@@ -69,7 +69,9 @@ class DurableCall:
 
     async def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` (sync, on the tool pool, or async) once; later runs get its recorded result."""
-        key = f"step:{check_event_name(name)}"
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise ToolError(f"ctx.step: the name must be a non-empty string of at most 200 characters, not {name!r}")
+        key = f"step:{name}"
         self._claim(key)
         recorded = self.journal.get(key)
         if recorded is not None:
