@@ -60,6 +60,8 @@ class Control:
     """``on_abort`` calls, with the numbers of the steps that had finished."""
     call_options: list[Any] = field(default_factory=list)
     """What ``prepare_call`` got as call options, run after run."""
+    hooks: list[str] | None = None
+    """When a list: ``await_build`` hands out a signed event URL (``ctx.event_url``) and puts it here."""
 
 
 CONTROL = Control()
@@ -190,8 +192,12 @@ class Build(BaseModel):
 async def await_build(input: Build, ctx: ToolContext) -> dict[str, Any]:
     """Start a build (a recorded step) and wait for its ``build-done`` event."""
 
+    hook = ctx.event_url("build-done", timeout_seconds=3600) if CONTROL.hooks is not None else None
+
     def start() -> dict[str, str]:
         CONTROL.executions[f"start:{input.repo}"] += 1
+        if CONTROL.hooks is not None and hook is not None:
+            CONTROL.hooks.append(hook)  # what the build system would be told
         return {"id": "b-1"}
 
     build = await ctx.step("start", start)

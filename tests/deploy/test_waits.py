@@ -71,6 +71,23 @@ async def test_an_event_through_the_run_api_resumes_a_parked_run(stack: MotoStac
     assert again.status == 409 and again.json()["outcome"] == "resumed"
 
 
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", "k" * 40))
+async def test_the_signed_event_url_of_a_slice_resumes_the_run_through_the_chat_function(stack: MotoStack) -> None:
+    agents.CONTROL.hooks = hooks = []
+    run_id, parked = park(stack)
+    [hook] = hooks
+    chat_url = stack.functions["SliceFunction"].env["PUBLIC_URL"].rstrip("/")
+    assert hook.startswith(f"{chat_url}/hooks/events/")  # the chat function's URL
+    post = with_path(sample_event("chat-post.json"), hook.removeprefix(chat_url))
+    post["headers"].pop("authorization", None)  # the token in the URL is the only credential
+    post["body"] = json.dumps({"status": "signed"})
+    with stack.function_env("ChatFunction"):  # (its secret's ARN is read from the environment)
+        response = await call(load_chat_app(), post)
+    assert response.status == 202 and response.json()["outcome"] == "resumed", response.body
+    [result] = [c for c in assert_resumed(stack, run_id, parked) if c["type"] == "tool-output-available"]
+    assert result["output"]["status"] == "signed"
+
+
 def test_a_run_event_through_eventbridge_resumes_a_parked_run(stack: MotoStack) -> None:
     run_id, parked = park(stack)
     event = {"version": "0", "id": "e-1", "source": "durable-harness.client", "detail-type": "Run Event",
