@@ -47,9 +47,11 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
 from __future__ import annotations
 
 import contextvars
+import datetime
 import fnmatch
 import importlib.util
 import json
+import math
 import os
 import re
 import threading
@@ -71,6 +73,7 @@ from moto import mock_aws
 from moto.awslambda.exceptions import LambdaClientError
 from moto.awslambda.models import LambdaFunction
 from moto.secretsmanager.models import secretsmanager_backends
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_aws_sdk,
@@ -78,6 +81,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_lambda,
     state_task_service_sfn,
 )
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp import Timestamp
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 
@@ -212,6 +216,24 @@ def repair_stop_during_callback() -> Any:
     return mock.patch.object(Environment, "set_stop", set_stop)
 
 
+def repair_wait_until_timestamp() -> Any:
+    """Patch moto so that a ``Wait`` state with a timestamp ends at that time or after, as on AWS.
+
+    moto waits ``int(seconds to the timestamp)``: up to a second early. A parked run's ``Sleep``
+    would then wake before its sleep ended and park again (a second slice to wake it).
+    """
+
+    def wait_seconds(self: Any, env: Any) -> int:
+        self.string.eval(env=env)
+        text = env.stack.pop()
+        timestamp = self._from_timestamp_string(timestamp=text)
+        if timestamp is None:
+            raise FailureEventException(self._create_failure_event(env, text))
+        return max(0, math.ceil((timestamp - datetime.datetime.now()).total_seconds()))
+
+    return mock.patch.object(Timestamp, "_get_wait_seconds", wait_seconds)
+
+
 def attribute_sdk_tasks() -> Any:
     """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) and its optimized DynamoDB
     integration (``arn:aws:states:::dynamodb:...``) so that the calls they make are recorded as the
@@ -315,6 +337,7 @@ class MotoStack:
             attribute_sdk_tasks(),
             repair_errors_after_stop(),
             repair_stop_during_callback(),
+            repair_wait_until_timestamp(),
             self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")
@@ -419,7 +442,9 @@ class MotoStack:
             r.physical[logical_id] = name
             r.attributes[(logical_id, "Arn")] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
         # SAM's Function URL of the chat function (the slice function's PUBLIC_URL); moto serves none.
-        r.attributes[("ChatFunctionUrl", "FunctionUrl")] = f"https://{self._physical('ChatFunction').lower()}.lambda-url.{REGION}.on.aws/"
+        r.attributes[("ChatFunctionUrl", "FunctionUrl")] = (
+            f"https://{self._physical('ChatFunction').lower()}.lambda-url.{REGION}.on.aws/"
+        )
         for logical_id in serverless:
             props = r.resolve(function_properties(self.template, logical_id))
             fn = DeployedFunction(

@@ -18,6 +18,7 @@ from . import agents
 from .chat import call, load_chat_app, sample_event, with_path
 from .helpers import log_of, runtime_of, start_run, state_of, types, wait_until
 from .stack import MotoStack
+from .test_inline_slice import chat_app, finish, started_post, wait_for
 
 pytestmark = pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_wait_agent")
 
@@ -126,3 +127,24 @@ async def test_a_cancel_ends_a_parked_run_with_one_finish(stack: MotoStack) -> N
     chunks = log_of(stack, run_id)
     assert types(chunks).count("finish") == 1 and types(chunks)[-1] == "finish"
     assert state_of(stack, run_id).status == "cancelled"
+
+
+@pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_wait_agent", SliceSeconds="600")
+async def test_a_chat_run_that_parks_in_the_chat_functions_own_slice_streams_on_to_its_finish(stack: MotoStack) -> None:
+    post, response, _ = await started_post(chat_app(stack))
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(lambda: parked_token(stack, run_id) is not None, "the run to park in AwaitEvent")
+    await wait_for(lambda: "data-wait" in types(response.chunks()), "the client to see the wait")
+    event = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/events/build-done")
+    event["body"] = json.dumps({"status": "green"})
+    delivered = await call(chat_app(stack), event)
+    assert delivered.status == 202, delivered.body
+    await finish(post)  # the POST's stream followed the parked run to its finish
+    chunks = response.chunks()
+    assert types(chunks).count("finish") == 1 and types(chunks)[-1] == "finish"
+    assert chunks == log_of(stack, run_id)
+    [result] = [c for c in chunks if c["type"] == "tool-output-available"]
+    assert result["output"] == {"build": "b-1", "status": "green"}
+    # The chat function parked it; the slice function ran only to park it in AwaitEvent, then the
+    # slice the event woke.
+    assert [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)] == ["awaiting_event", "finished"]
