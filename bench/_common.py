@@ -547,7 +547,7 @@ def scripted_tool_agent(
     ``rate`` paces the deltas (per second; None: as fast as the loop goes); ``ttft`` is the
     model's time to first token at each step. ``lookup`` returns about ``result_bytes`` of JSON.
     """
-    from durable_harness import Tool, ToolLoopAgent, step_count_is
+    from durable_harness import ToolLoopAgent, step_count_is
     from durable_harness.models.base import finish
     from durable_harness.models.scripted import FunctionModel
     from durable_harness.protocol import harness_parts as hp
@@ -573,17 +573,26 @@ def scripted_tool_agent(
         yield hp.ToolCallPart(tool_call_id=call_id, tool_name="lookup", input=raw)
         yield finish("tool-calls", input_tokens=1000 + 100 * index, output_tokens=per_step[index])
 
+    return ToolLoopAgent(model=FunctionModel(step), tools=[lookup_tool(result_bytes)], stop_when=[step_count_is(steps)])
+
+
+def lookup_tool(result_bytes: int = 200, on_call: Any = None) -> Any:
+    """The benchmarks' ``lookup`` tool: returns about ``result_bytes`` of JSON for a ``query``
+    (``on_call(query)`` first, when given: ``peers.py``'s crash test records each execution)."""
+    from durable_harness import Tool
+
     async def lookup(args: dict[str, Any]) -> dict[str, Any]:
+        if on_call is not None:
+            on_call(args["query"])
         filler = "x" * max(0, result_bytes - 60)
         return {"query": args["query"], "answer": filler, "source": "bench"}
 
-    tool = Tool(
+    return Tool(
         name="lookup",
         description="Look something up.",
         input_schema={"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}},
         execute=lookup,
     )
-    return ToolLoopAgent(model=FunctionModel(step), tools=[tool], stop_when=[step_count_is(steps)])
 
 
 def user_turn(text: str = "Go.") -> list[Any]:

@@ -24,6 +24,7 @@ state is shared with the test.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections import Counter
@@ -35,6 +36,7 @@ from durable_harness import Agent, CallOptions, ToolContext, tool
 from durable_harness.errors import StorageError
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
+from durable_harness.storage.writer import ChunkWriter
 from pydantic import BaseModel
 
 from .stack import ACTOR, SandboxKilled
@@ -73,6 +75,28 @@ def reset() -> None:
     CONTROL = Control()
 
 
+# The slice's chunk writer, so that a step can wait until what it streamed is in the log (a fault
+# injected "after those chunks are committed" is then exactly that, not a sleep that hopes so).
+# The writer is made in the slice's task before the model runs, so the model's context sees it.
+_WRITER: contextvars.ContextVar[ChunkWriter | None] = contextvars.ContextVar("deploy_test_writer", default=None)
+_writer_init = ChunkWriter.__init__
+
+
+def _remember_writer(self: ChunkWriter, *args: Any, **kwargs: Any) -> None:
+    _writer_init(self, *args, **kwargs)
+    _WRITER.set(self)
+
+
+ChunkWriter.__init__ = _remember_writer  # type: ignore[method-assign]
+
+
+async def _committed() -> None:
+    """Wait until every chunk the slice has written so far is durable in the log."""
+    writer = _WRITER.get()
+    assert writer is not None, "no chunk writer in this slice's context"
+    await asyncio.wait_for(writer.flush(), 30)
+
+
 class Item(BaseModel):
     """Input of the ``lookup`` tool."""
 
@@ -91,13 +115,13 @@ async def _second_step() -> AsyncIterator[ModelStreamPart]:
     if CONTROL.crash_in is not None and ACTOR.get() == CONTROL.crash_in:
         for part in parts[:3]:
             yield part
-        await asyncio.sleep(0.3)  # those chunks are committed
+        await _committed()
         raise RuntimeError("an unexpected error in the middle of a step")
     if CONTROL.hang is not None:
         if ACTOR.get() == CONTROL.hang:
             for part in parts[:3]:  # some of the step reaches the log
                 yield part
-            await asyncio.sleep(0.3)  # past the group-commit interval: those chunks are committed
+            await _committed()  # some of the step reached the log
             await _wait_for_gate()
             for part in parts[3:]:
                 yield part
@@ -114,7 +138,7 @@ async def _second_step() -> AsyncIterator[ModelStreamPart]:
             CONTROL.retryable_crashes -= 1
         for part in parts[:3]:  # some of the step reaches the log before the crash
             yield part
-        await asyncio.sleep(0.3)  # past the group-commit interval: those chunks are committed
+        await _committed()
         if killed:
             raise SandboxKilled("the sandbox ran out of time mid-step")
         raise StorageError("simulated throttling while streaming")

@@ -34,6 +34,12 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   only at its next heartbeat or its timeout; a task being entered) ends the execution ``FAILED``
   when that state then fails (AWS: ``ABORTED``, at once). :func:`repair_errors_after_stop` keeps
   it ``ABORTED``; a short heartbeat keeps the callback case quick.
+* a callback (``SendTaskSuccess``/``Failure``/``Heartbeat``) that comes between a
+  ``.waitForTaskToken`` task's call (which hands the token out: ``AwaitChatSlice`` writes it to
+  the run record) and the task starting to wait is lost: moto makes the heartbeat wait after the
+  call, and that wait ignores an outcome already given (a heartbeat then is ``InvalidToken``), so
+  the task waits out its heartbeat timeout. On AWS the token is valid as soon as it exists.
+  :func:`repair_early_callbacks` hands such a callback to the wait when it begins.
 * EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
   ``send_to_targets``): :mod:`.eventbridge` delivers to them as EventBridge does (retry policy,
   dead-letter queue). ``TestEventPattern`` is not implemented: tests match the sample event
@@ -82,6 +88,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_sfn,
 )
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp import Timestamp
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 
@@ -98,6 +105,7 @@ ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("deploy_test_
 (a thread of moto's interpreter, i.e. the state machine, or a worker pool of a handler)."""
 
 _invoke_lock = threading.RLock()
+_dynamodb_atomic = threading.Lock()
 
 
 @dataclass
@@ -254,6 +262,35 @@ def attribute_sdk_tasks() -> Any:
     return patches
 
 
+def repair_early_callbacks() -> Any:
+    """Patch moto so that a callback given before a ``.waitForTaskToken`` task waits is not lost.
+
+    moto sets up a task's heartbeat wait only after the task's call returned; a ``SendTask*``
+    in between (the token is out: whoever got it may answer at once) finds no wait to wake, and
+    the wait that then begins sees neither the outcome nor the heartbeat. Here such a wait
+    begins woken, so it takes the outcome (or counts the heartbeat) as AWS does.
+    """
+    setup, heartbeat = CallbackEndpoint.setup_heartbeat_endpoint, CallbackEndpoint.notify_heartbeat
+
+    def setup_heartbeat_endpoint(self: Any, heartbeat_seconds: int) -> Any:
+        endpoint = setup(self, heartbeat_seconds)
+        # notify() sets the outcome before it looks for this endpoint; set here, then looked at:
+        # one of the two sees the other.
+        if self.get_outcome() is not None or getattr(self, "_early_heartbeat", False):
+            endpoint.notify()
+        return endpoint
+
+    def notify_heartbeat(self: Any) -> bool:
+        if self._heartbeat_endpoint is None:
+            self._early_heartbeat = True  # the wait has not begun: it begins with this heartbeat
+            return True
+        return bool(heartbeat(self))
+
+    return mock.patch.multiple(
+        CallbackEndpoint, setup_heartbeat_endpoint=setup_heartbeat_endpoint, notify_heartbeat=notify_heartbeat
+    )
+
+
 class SandboxKilled(Exception):
     """Raised by a test agent to stand for Lambda killing the sandbox mid-invocation (a timeout or
     out of memory): the invoke patch then answers as Lambda does, a function error without an
@@ -338,6 +375,7 @@ class MotoStack:
             repair_errors_after_stop(),
             repair_stop_during_callback(),
             repair_wait_until_timestamp(),
+            repair_early_callbacks(),
             self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")
@@ -383,6 +421,7 @@ class MotoStack:
             BillingMode=table["BillingMode"],
             AttributeDefinitions=table["AttributeDefinitions"],
             KeySchema=table["KeySchema"],
+            GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
             SSESpecification={"Enabled": table["SSESpecification"]["SSEEnabled"]},
         )
         ddb.update_time_to_live(TableName=table_name, TimeToLiveSpecification=table["TimeToLiveSpecification"])
@@ -661,6 +700,12 @@ class MotoStack:
                 # The service's modeled exception where it has one (as botocore raises it): Step
                 # Functions' AWS SDK integration names the error after its class.
                 raise client.exceptions.from_code(code)(error, operation_name)
+            if client.meta.service_model.service_name == "dynamodb":
+                # moto's backends take no locks: a transaction deep-copies the table while another
+                # thread writes it ("dictionary changed size during iteration"), and two conditional
+                # writes can interleave. DynamoDB applies each request atomically: so does this.
+                with _dynamodb_atomic:
+                    return original(client, operation_name, api_params)
             return original(client, operation_name, api_params)
 
         return recording
@@ -790,6 +835,8 @@ def iam_request(
         return actions, tables
     if prefix == "dynamodb":
         resource = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{params.get('TableName', '*')}"
+        if params.get("IndexName"):  # a Query of an index is authorized on the index's ARN
+            resource += f"/index/{params['IndexName']}"
         return [action], [resource]
     if prefix == "s3":
         bucket = params.get("Bucket", "*")

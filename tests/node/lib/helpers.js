@@ -461,6 +461,18 @@ export function describeParts(message) {
   return JSON.stringify(message?.parts?.map((p) => ({ ...p, text: p.text?.length > 40 ? `${p.text.slice(0, 40)}…` : p.text })), null, 1);
 }
 
+/**
+ * Wait until `predicate()` holds, checking every `intervalMs`; throws after `timeoutMs` (generous:
+ * a loaded machine is slow, and a condition that holds returns at once).
+ */
+export async function waitFor(predicate, { timeoutMs = 20000, intervalMs = 10, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(intervalMs);
+  }
+}
+
 /** `wrun_` + 26 chars of [0-9a-z], never issued by the server. */
 export function unknownRunId() {
   const alphabet = '0123456789abcdefghijklmnopqrstuvwxyz';

@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { lastAssistantMessageIsCompleteWithApprovalResponses } from 'ai';
 import { signToolApproval } from 'ai/internal';
 
-import { Chat, describeParts, makeTransport, recordingFetch, startServer } from '../lib/helpers.js';
+import { Chat, describeParts, makeTransport, recordingFetch, startServer, waitFor } from '../lib/helpers.js';
 
 const SECRET = 'topsecret-0123456789abcdefghijklmn';
 const REFERENCE_SECRET = 'topsecret'; // the secret of the reference's signature vectors
@@ -65,14 +65,6 @@ const VECTORS = [
 // -------------------------------------------------------------------------------------------------
 // Driving the real Chat through an approval round trip
 // -------------------------------------------------------------------------------------------------
-
-async function waitFor(predicate, { timeoutMs = 15000, intervalMs = 10, what = 'condition' } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(intervalMs);
-  }
-}
 
 /** Every file in NOTES_DIR with its content. */
 function notes() {

@@ -5,21 +5,21 @@
 // Faults come from tests/harness/faulty_notes.py, which wraps the same program's output.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 
 import { lastAssistantMessageIsCompleteWithApprovalResponses } from 'ai';
 import { signToolApproval } from 'ai/internal';
 
-import { Chat, collectChunks, createChat, describeParts, makeTransport, recordingFetch, sendTurn, startServer } from '../lib/helpers.js';
+import { Chat, collectChunks, createChat, describeParts, makeTransport, recordingFetch, sendTurn, startServer, waitFor } from '../lib/helpers.js';
 
 const SECRET = 'harness-secret-0123456789abcdefghij';
 const T = { timeout: 30000 };
 const LONG = 'Run a long task in 4 parts';
 
 let notesDir;
+let faultDir;
 const servers = {};
 
 /** A server whose agent is `tests.harness.agents:<name>`. */
@@ -31,31 +31,27 @@ async function serve(name, env = {}) {
 
 before(async () => {
   notesDir = mkdtempSync(path.join(os.tmpdir(), 'dh-node-harness-notes-'));
+  faultDir = mkdtempSync(path.join(os.tmpdir(), 'dh-node-harness-faults-'));
   [servers.example, servers.kills, servers.ignores, servers.invalid] = await Promise.all([
-    serve('example'), serve('kills_mid_step'), serve('ignores_stop'), serve('invalid_output'),
+    serve('example'), serve('kills_mid_step', { FAULT_DIR: faultDir }), serve('ignores_stop'), serve('invalid_output'),
   ]);
 }, { timeout: 60000 });
 
 after(async () => {
   await Promise.all(Object.values(servers).map((s) => s?.stop()));
   if (notesDir) rmSync(notesDir, { recursive: true, force: true });
+  if (faultDir) rmSync(faultDir, { recursive: true, force: true });
 });
 
 const types = (chunks) => chunks.map((c) => c.type);
 const parts = (message) => JSON.parse(JSON.stringify(message.parts));
 
-async function waitFor(predicate, { timeoutMs = 20000, what = 'condition' } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
-
-/** One turn with the real client; the run's status from the run API. */
-async function turn(server, text) {
+/** One turn with the real client (`whileRunning(ctx)` acts on it mid-turn); the run's status from the run API. */
+async function turn(server, text, { whileRunning } = {}) {
   const ctx = createChat({ base: server.base });
-  const result = await sendTurn(ctx, text);
+  const sent = sendTurn(ctx, text);
+  await whileRunning?.(ctx);
+  const result = await sent;
   assert.equal(result.status, 'ready', `turn status (error: ${result.error?.stack ?? result.error})`);
   const status = await (await fetch(`${server.base}/api/runs/${result.runId}`)).json();
   return { ...result, runStatus: status, chunks: result.requests.flatMap((q) => q.chunks) };
@@ -92,7 +88,20 @@ describe('a harness program as the agent', () => {
   });
 
   it('a program killed mid-step resumes from its checkpoint with reset-step; the message equals an uninterrupted run\'s', T, async () => {
-    const cut = await turn(servers.kills, LONG);
+    // The fault follows what the client saw: once the second step's call is shown, the program
+    // (waiting mid-step, see tests/harness/faulty_notes.py) is SIGKILLed, as tests.harness.agents.kill_mid_step does.
+    const cut = await turn(servers.kills, LONG, {
+      whileRunning: async (ctx) => {
+        const shown = () => ctx.requests.flatMap((q) => q.chunks)
+          .some((c) => c.type === 'tool-input-available' && c.toolCallId === 'call_work_2');
+        await waitFor(() => shown() || ctx.info.finishEvent !== undefined, { what: 'call_work_2 shown' });
+        assert.ok(shown(), `the second step's call was shown (status ${ctx.chat.status})`);
+        const file = (kind) => path.join(faultDir, `kill-mid-step-${ctx.info.runId}.${kind}`);
+        const pid = Number(readFileSync(file('pid'), 'utf8'));
+        writeFileSync(file('killed'), '');
+        process.kill(pid, 'SIGKILL');
+      },
+    });
     assert.equal(cut.runStatus.status, 'finished');
     assert.equal(types(cut.chunks).filter((t) => t === 'reset-step').length, 1, types(cut.chunks).join(','));
     assert.deepEqual(parts(cut.message), parts(reference.message));

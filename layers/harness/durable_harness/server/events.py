@@ -47,9 +47,10 @@ class EventDesk:
 
     def __init__(self, service: ChatService, wake: Callable[[str], None] | None = None) -> None:
         """``wake(run_id)``: makes a parked run go on (deployed, it answers the parked execution's
-        task); by default the orchestrator starts the run (locally, a slice that sees the event)."""
+        task; called in a worker thread); by default the orchestrator starts the run (locally, on
+        the event loop: a slice that sees the event)."""
         self.service = service
-        self.wake = wake or service.orchestrator.start
+        self.wake = wake
 
     async def by_token(self, token: str, body: bytes) -> DeliveryAnswer:
         """An event posted to a signed event URL (the token checked before anything else)."""
@@ -94,7 +95,11 @@ class EventDesk:
         """Wake the run if it is parked and due. Looked at after the event's write: a run that parked
         meanwhile (it did not see the event) goes on now; a running one finds it when its tool asks."""
         state = await self.service.load(run_id)
-        if state.status == "awaiting_event" and await asyncio.to_thread(self.service.runner.due, state):
+        if state.status != "awaiting_event" or not await asyncio.to_thread(self.service.runner.due, state):
+            return
+        if self.wake is None:
+            self.service.orchestrator.start(run_id)
+        else:
             await asyncio.to_thread(self.wake, run_id)
 
 
