@@ -85,6 +85,7 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
         service,
         authenticator=authenticator_from_env(env, default_mode="token"),
         static_dir=web_page_dir(env),  # the chat page at `/`, when built into the layer and enabled
+        wake=runtime.waker.wake if runtime.waker is not None else None,  # a parked run's execution
     )
 
 

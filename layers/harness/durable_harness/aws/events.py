@@ -42,6 +42,7 @@ from ._errors import aws_errors
 __all__ = [
     "LIFECYCLE_KINDS",
     "MAX_DETAIL_BYTES",
+    "RUN_EVENT_DETAIL_TYPE",
     "SCHEDULE_SOURCE",
     "START_RUN_DETAIL_TYPE",
     "START_RUN_SOURCE",
@@ -63,6 +64,8 @@ START_RUN_SOURCE: Final = "durable-harness.client"
 """Default ``source`` of inbound events that start a run."""
 
 START_RUN_DETAIL_TYPE: Final = "Start Run"
+RUN_EVENT_DETAIL_TYPE: Final = "Run Event"
+"""An external event for a waiting run (decision D16): ``detail: {runId, name, payload}``."""
 """``detail-type`` of inbound events that start a run."""
 
 SCHEDULE_SOURCE: Final = "durable-harness.schedule"
@@ -207,8 +210,8 @@ def bounded_summary(detail: Mapping[str, Any], result: Mapping[str, Any]) -> dic
 
 
 def start_run_pattern(source: str = START_RUN_SOURCE) -> dict[str, list[str]]:
-    """The EventBridge event pattern matching "Start Run" events from ``source``."""
-    return {"source": [source], "detail-type": [START_RUN_DETAIL_TYPE]}
+    """The EventBridge event pattern matching "Start Run" and "Run Event" events from ``source``."""
+    return {"source": [source], "detail-type": [START_RUN_DETAIL_TYPE, RUN_EVENT_DETAIL_TYPE]}
 
 
 def run_id_for_event(event: Mapping[str, Any]) -> str:

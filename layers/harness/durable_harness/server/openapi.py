@@ -59,6 +59,21 @@ _UI_MESSAGE = {
     },
 }  # fmt: skip
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_EVENT_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"},
+}
+_EVENT_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": {"description": "Any JSON, at most 256 KB."}}},
+}
+_DELIVERED = {
+    "description": "Recorded: `outcome` is `resumed` (the run waited for it) or `kept`; a duplicate is a 409 "
+    "with the first delivery's outcome.",
+    "content": _JSON_OBJECT,
+}
 _LIST_PARAMETERS = [
     {
         "name": "status",
@@ -266,6 +281,23 @@ def openapi_document() -> dict[str, Any]:
                         },
                     },
                     "responses": {"202": {"description": "The continuation run.", "content": _JSON_OBJECT}, **_ERRORS},
+                }
+            },
+            "/api/runs/{runId}/events/{name}": {
+                "post": {
+                    "summary": "Deliver an event to a run (kept until a tool waits for it; resumes a waiting run).",
+                    "parameters": [*_PATH_RUN, _EVENT_NAME],
+                    "requestBody": _EVENT_BODY,
+                    "responses": {"202": _DELIVERED, **_ERRORS, "410": _ERROR},
+                }
+            },
+            "/hooks/events/{token}": {
+                "post": {
+                    "summary": "Deliver an event through the signed URL a tool handed out (no other credentials).",
+                    "security": [],
+                    "parameters": [{"name": "token", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "requestBody": _EVENT_BODY,
+                    "responses": {"202": _DELIVERED, **_ERRORS, "410": _ERROR},
                 }
             },
         },

@@ -33,7 +33,7 @@ from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_u
 from ..protocol.wire import compact_json
 from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
-from ..runner.state import RunState, pending_json
+from ..runner.state import RunState, pending_json, waits_json
 from ..storage.health import StorageHealth
 from .notifier import CommitSignal
 from .resume import FINISH_PREFIX as _FINISH_PREFIX
@@ -201,6 +201,7 @@ class ChatService:
             "chunkCount": await self.count(run_id),
             "pendingApprovals": pending,
             "continuedBy": state.continued_by,
+            "waitingFor": waits_json(state) if state.status == "awaiting_event" else None,
             # When slices began and timed chunks were written: (log index, epoch seconds), for the inspector.
             "sliceTimes": state.slice_times,
             "chunkTimes": state.chunk_times,
