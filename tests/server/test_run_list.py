@@ -135,3 +135,12 @@ def test_a_runs_status_says_when_its_slices_began_and_its_timed_chunks_were_writ
     assert [index for index, _ in status["chunkTimes"]] == [i for i, c in enumerate(chunks) if c["type"] in timed]
     times = [at for _, at in status["chunkTimes"]]
     assert times == sorted(times) and began <= times[0]
+
+
+def test_a_runs_status_has_no_cost_estimate_locally(url: str) -> None:
+    # The local kit has no AWS bill: GET /api/runs/{id} leaves `cost` out (the inspector says why).
+    run_id = chat(url, "Hello", ALICE, "chat-local-cost")
+    status = httpx.get(f"{url}/api/runs/{run_id}", headers={"authorization": f"Bearer {ALICE}"}, timeout=10)
+    assert status.status_code == 200
+    assert status.json()["status"] == "finished" and status.json()["slices"] >= 1
+    assert "cost" not in status.json()
