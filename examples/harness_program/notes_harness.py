@@ -15,8 +15,9 @@ another process. What it does, from the last user message:
   and run by the server; its result comes back on stdin.
 
 Each step ends with ``finish-step`` and a checkpoint: a slice may end there. On ``stop`` the
-program exits (its last checkpoint stands). Everything is deterministic, so a step redone after a
-crash (``replayStep``) shows exactly what it showed before.
+program finishes the step it is in and exits at its end (the runner records that step too, so no
+step is done twice). ``STEP_LOG`` names a file where it notes each ``work`` step it executes.
+Everything is deterministic, so a step redone after a crash (``replayStep``) shows exactly what it showed before.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def _read_stdin() -> None:
 def stop_requested() -> bool:
     """True once the runner asked us to stop (the slice ends)."""
     return _stop.is_set()
+
+
+def log_step(what: str) -> None:
+    """Note a step we execute in ``STEP_LOG`` (when set): one line each, with our pid."""
+    if path := os.environ.get("STEP_LOG"):
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"{os.getpid()} {what}\n")
 
 
 def text(step: int, words: str) -> None:
@@ -145,6 +153,7 @@ def run_step(state: dict[str, Any], approvals: list[dict[str, Any]]) -> str | No
         return "stop"
     if task == "long" and step < state["parts"]:
         part = step + 1
+        log_step(f"work {part}")
         own_tool(f"call_work_{part}", "work", {"part": part, "of": state["parts"]})
         time.sleep(float(os.environ.get("STEP_SECONDS", "0.3")))
         emit({"type": "tool-result", "toolCallId": f"call_work_{part}", "toolName": "work",

@@ -125,6 +125,8 @@ class StartTurn:
     messages: list[ModelMessage]
     call_options: dict[str, Any] | None = None
     """The run's call options, as :meth:`Harness.parse_call_options` returned them."""
+    session_state: JSONValue | None = None
+    """The state of the last checkpoint of the session's previous turn (None on a first turn)."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,9 @@ class HarnessTurn(Protocol):
         """End the slice at the slice point just reached; return one last checkpoint, or None.
 
         Called after the events' iterator yielded a checkpoint that follows ``finish-step``; no
-        more events are read afterwards.
+        more events are read afterwards, unless the turn has ``drains_after_stop = True``: then
+        the runner goes on reading and recording its events until its next slice point (the
+        slice ends there), its ``finish``, or the end of its events (its last checkpoint stands).
         """
         ...
 

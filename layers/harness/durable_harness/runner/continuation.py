@@ -162,7 +162,7 @@ def turn_request(state: RunState, session: str, replay: bool) -> hi.TurnRequest:
     if record is None and state.turn is None:
         return hi.StartTurn(
             run_id=state.run_id, session_id=session, messages=list(state.input_messages),
-            call_options=state.call_options,
+            call_options=state.call_options, session_state=state.session_state,
         )  # fmt: skip
     continuation = None
     if record is not None:

@@ -149,6 +149,7 @@ class Runner:
             paused = self.load(continuation.paused_run_id)
             turn, session_id = paused.turn, session_id or paused.session_id
         state = RunState(
+            session_state=None if continuation is not None else self._session_state(chat_id, run_id),
             run_id=run_id,
             session_id=self.agent.create_session(session_id or chat_id),
             chat_id=chat_id,
@@ -202,6 +203,7 @@ class Runner:
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
         turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
+        state.session_state = None  # the turn has it; the first checkpoint no longer needs it
         _write(writer, translator.start(state.message_id))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
@@ -211,6 +213,7 @@ class Runner:
         finish_part: hp.FinishPart | None = None
         output: Any = None
         slice_point = False  # the last event was a finish-step: a checkpoint now may end the slice
+        stopping = False  # stop was called on a turn that drains: the next slice point ends the slice
         longest_step, step_began = 0.0, time.monotonic()
         try:
             async for event in turn.events():
@@ -227,11 +230,15 @@ class Runner:
                     if slice_point and not state.pending_approvals:  # a pausing turn goes on to its finish
                         now = time.monotonic()
                         longest_step, step_began = max(longest_step, now - step_began), now
+                        if stopping:  # the harness went on to this slice point after stop
+                            return state
                         if budget_seconds is not None and now - started + longest_step >= budget_seconds:
                             last = await turn.stop()
                             if last is not None:
                                 await progress.save(last.state)
-                            return state
+                            if not getattr(turn, "drains_after_stop", False):
+                                return state
+                            stopping = True  # record what it writes up to its next slice point
                     slice_point = False
                     continue
                 if finish_part is not None:
@@ -249,6 +256,8 @@ class Runner:
                 if isinstance(event, hp.ErrorPart):
                     raise ModelError(chunks[0].error_text if chunks else "model error")  # type: ignore[union-attr]
                 slice_point = isinstance(event, hp.FinishStepPart)
+            if finish_part is None and stopping:  # it ended after stop: its last checkpoint stands
+                return state
             if finish_part is None:
                 raise FatalError("the harness's stream ended without a 'finish' part")
             state.status = "awaiting_tool_approval" if state.pending_approvals else "finished"
@@ -357,6 +366,18 @@ class Runner:
             return cp, state, None
         cp = self.store.claim(run_id, cp.version)
         return cp, state, self.log.open(run_id, cp.epoch)
+
+    def _session_state(self, chat_id: str | None, run_id: str) -> Any:
+        """The state of the last checkpoint of the chat's previous turn (None: a first turn, or a
+        store that cannot list a chat's runs)."""
+        list_runs = getattr(self.store, "list_runs", None)
+        if chat_id is None or list_runs is None:
+            return None
+        for cp in list_runs(chat_id=chat_id, limit=5):
+            previous = state_of(cp)
+            if previous.run_id != run_id and previous.terminal and not foreign(previous.agent, self.agent_id):
+                return previous.turn
+        return None
 
     @staticmethod
     def _note_approval(state: RunState, translator: StreamTranslator, part: hp.ToolApprovalRequestPart) -> None:
