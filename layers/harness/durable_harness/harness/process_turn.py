@@ -103,41 +103,23 @@ class ProcessTurn:
 
     async def _run(self) -> AsyncGenerator[HarnessEvent, None]:
         proc = await self._spawn()
-        request = self.request
-        if isinstance(request, StartTurn):
-            await self._send(_start_line(request))
-        else:
-            for event in await self._resolve_awaiting(request):
-                yield event
-            approvals = [a.to_json() for a in request.approvals if not self._is_host_approval(a.approval_id)]
-            await self._send(
-                {
-                    "type": "continue", "protocol": PROTOCOL_VERSION, "runId": request.run_id,
-                    "sessionId": request.session_id, "state": self.program, "replayStep": request.replay_step,
-                    "approvals": approvals, "callOptions": request.call_options,
-                }
-            )  # fmt: skip
-            for result in self.host_results:
-                await self._send(_result_line(result))
-                if request.replay_step and result.get("shown"):
-                    yield HostTools.event_of(result)
-            if self.awaiting_resolved:
-                yield Checkpoint(self._state())
+        async for event in self._open_turn():
+            yield event
         step_closed = False
         while True:
             obj = await self._read_line(proc)
+            for event in self._take_pending():
+                yield event
             if obj is None:
                 break
             if obj["type"] == "checkpoint":
                 if "state" not in obj:
                     raise self._invalid('a "checkpoint" line needs a "state" (any JSON value)')
-                if "output" in obj:
-                    raise self._invalid('"output" belongs on the checkpoint after "finish"')
-                self.program, self.host_results = obj["state"], []
+                self._note_checkpoint(obj)
                 if self.awaiting:  # the program waits for host calls that need approval: pause
                     for event in self._pause(step_closed):
                         yield event
-                    await self._kill()
+                    await self._end_paused()
                     return
                 yield Checkpoint(self._state())
                 continue
@@ -145,6 +127,7 @@ class ProcessTurn:
             if isinstance(part, hp.ToolResultPart) and part.tool_call_id in self.host_calls:
                 continue  # the program echoing a host result: the client was shown it already
             step_closed = isinstance(part, hp.FinishStepPart)
+            self._shown(part)
             yield part
             if isinstance(part, hp.FinishPart):
                 self.finished = True
@@ -155,6 +138,63 @@ class ProcessTurn:
                 self.host_calls.add(part.tool_call_id)
                 async for event in self._host_call(part):
                     yield event
+        async for event in self._lines_ended(proc):
+            yield event
+
+    # --- hooks a persistent session replaces (:mod:`.session_turn`) ---------------------------------
+
+    def _note_checkpoint(self, obj: dict[str, Any]) -> None:
+        """Take in the program's checkpoint line (its state; the host results it now covers)."""
+        if "output" in obj:
+            raise self._invalid('"output" belongs on the checkpoint after "finish"')
+        self.program, self.host_results = obj["state"], []
+
+    def _shown(self, part: hp.HarnessStreamPart) -> None:
+        """A part goes to the client (nothing to note in slice mode)."""
+
+    def _take_pending(self) -> list[HarnessEvent]:
+        """Events to yield before the next line (none in slice mode)."""
+        return []
+
+    async def _end_paused(self) -> None:
+        """The turn paused for host approvals: the program is stopped (its state is checkpointed)."""
+        await self._kill()
+
+    async def _open_turn(self) -> AsyncGenerator[HarnessEvent, None]:
+        """Write the turn's first line (``start`` or ``continue``) and what follows it."""
+        request = self.request
+        if isinstance(request, StartTurn):
+            await self._send(_start_line(request))
+        else:
+            for event in await self._resolve_awaiting(request):
+                yield event
+            async for event in self._continue(request, request.replay_step, PROTOCOL_VERSION):
+                yield event
+            if self.awaiting_resolved:
+                yield Checkpoint(self._state())
+
+    async def _continue(
+        self, request: TurnRequest, replay: bool, protocol: int, *, answers: bool = True
+    ) -> AsyncGenerator[HarnessEvent, None]:
+        """``continue`` from the program's last checkpoint, then the host results since it (the
+        ones shown again when the step is replayed). ``answers``: with the verified approvals."""
+        approvals = [
+            a.to_json() for a in getattr(request, "approvals", ()) if not self._is_host_approval(a.approval_id)
+        ] if answers else []  # fmt: skip
+        await self._send(
+            {
+                "type": "continue", "protocol": protocol, "runId": request.run_id,
+                "sessionId": request.session_id, "state": self.program, "replayStep": replay,
+                "approvals": approvals, "callOptions": request.call_options,
+            }
+        )  # fmt: skip
+        for result in self.host_results:
+            await self._send(_result_line(result))
+            if replay and result.get("shown"):
+                yield HostTools.event_of(result)
+
+    async def _lines_ended(self, proc: Any) -> AsyncGenerator[HarnessEvent, None]:
+        """The program's stdout ended before ``finish``."""
         if self.stop_deadline is not None:  # it exited after stop (or was killed at the grace's end)
             await self._kill()
             return
@@ -166,6 +206,7 @@ class ProcessTurn:
             code = proc.returncode
             await self._kill()
         raise HarnessExitedError(f"The harness program ended (exit code {code}) before 'finish'.")
+        yield  # an async generator (never reached)
 
     async def _after_finish(self, proc: asyncio.subprocess.Process) -> AsyncGenerator[HarnessEvent, None]:
         """The turn is over: read its last checkpoint (with its output) and let the program exit

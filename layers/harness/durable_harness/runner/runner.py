@@ -36,6 +36,7 @@ from ..protocol.ui_chunks import (
     ErrorChunk,
     FinishChunk,
     FinishStepChunk,
+    ResetStepChunk,
     ToolOutputDeniedChunk,
     UIMessageChunk,
     encode_ui_chunk,
@@ -197,18 +198,22 @@ class Runner:
             flush_burst=self.flush_burst,
             on_commit=self.on_commit,
         )
-        replay = await self._reset_if_interrupted(state, count, translator, writer)
+        tail = await self._replayed_tail(state, count)
+        replay = tail is None and await self._reset_if_interrupted(state, count, translator, writer)
         progress = SliceProgress(self.store, cp, state, translator, writer, grace=self.checkpoint_grace)
         state.slices += 1
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
-        turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
+        left = None if budget_seconds is None else max(0.0, budget_seconds - (time.monotonic() - started))
+        session = self.agent.create_session(state.session_id)
+        turn = self.agent.open(turn_request(state, session, replay, left))
         state.session_state = None  # the turn has it; the first checkpoint no longer needs it
-        _write(writer, translator.start(state.message_id))
+        _write(writer, tail, translator.start(state.message_id))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
                 if not decision.approved:
-                    _write(writer, translator.translate(ToolOutputDeniedChunk(tool_call_id=decision.tool_call_id)))
+                    denied = ToolOutputDeniedChunk(tool_call_id=decision.tool_call_id)
+                    _write(writer, tail, translator.translate(denied))
         final: list[UIMessageChunk] = []
         finish_part: hp.FinishPart | None = None
         output: Any = None
@@ -219,6 +224,9 @@ class Runner:
             async for event in turn.events():
                 observer.event(event)
                 if isinstance(event, hi.Checkpoint):
+                    if event.detach and finish_part is None:  # the harness goes on without this slice
+                        await progress.save(event.state)
+                        return state
                     if finish_part is not None:  # after `finish`: the turn's last state and output
                         state.turn, output = event.state, event.output
                         continue
@@ -250,7 +258,7 @@ class Runner:
                     continue
                 if isinstance(event, hp.ToolApprovalRequestPart):
                     self._note_approval(state, translator, event)
-                _write(writer, chunks)
+                _write(writer, tail, chunks)
                 if isinstance(event, hp.FinishStepPart):
                     state.steps.append(_step_mark(event))
                 if isinstance(event, hp.ErrorPart):
@@ -414,13 +422,21 @@ class Runner:
         translator.state.step_open = translator.state.step_open or "start-step" in types
         return True
 
+    async def _replayed_tail(self, state: RunState, count: int) -> list[str] | None:
+        """What a dead slice appended after the checkpoint, when the harness replays it exactly
+        (``replays_tail``): matched, not sent again. None: nothing to match (or no such harness)."""
+        if not self.options.replays_tail or count <= state.stream.chunk_count:
+            return None
+        logger.info("run %s: previous attempt died mid-step; the harness replays what it sent", state.run_id)
+        return list(await asyncio.to_thread(self.log.read, state.run_id, state.stream.chunk_count))
+
     async def _reset_if_interrupted(
         self, state: RunState, count: int, translator: StreamTranslator, writer: ChunkWriter
     ) -> bool:
         if not await self._note_tail(state, count, translator):
             return False
         logger.info("run %s: previous attempt died mid-step; resetting the step", state.run_id)
-        _write(writer, translator.reset_step())
+        _write(writer, None, translator.reset_step())
         return True
 
     async def _commit_terminal(self, progress: SliceProgress, final: list[UIMessageChunk]) -> RunState:
@@ -472,9 +488,20 @@ class Runner:
                 self.on_commit(state.run_id, expected)
 
 
-def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
+def _write(writer: ChunkWriter, tail: list[str] | None, chunks: list[UIMessageChunk]) -> None:
+    """Append ``chunks``; those a dead slice already appended (``tail``, in order) are skipped.
+    A chunk that differs from the tail ends the matching: the client is sent ``reset-step`` first."""
     for chunk in chunks:
-        writer.write(encode_ui_chunk(chunk))
+        encoded = encode_ui_chunk(chunk)
+        if tail:
+            if json.loads(tail[0]) == json.loads(encoded):
+                tail.pop(0)
+                continue
+            logger.warning("the harness's replay differs from what the dead slice sent; resetting the step")
+            tail.clear()
+            if chunk.type != "reset-step":
+                writer.write(encode_ui_chunk(ResetStepChunk()))
+        writer.write(encoded)
 
 
 def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:
