@@ -7,7 +7,8 @@
   seen that call shown (its ``tool-input-available``), so the fault never races the runner
   (``tests.harness.agents.kill_mid_step``). The program writes its pid to ``DIR/kill-mid-step-<runId>.pid`` before
   the line; once ``DIR/kill-mid-step-<runId>.killed`` exists, the run's later programs go on;
-* ``ignore-stop``: once per run, after ``stop`` the program hangs before its step ends (it must be killed);
+* ``ignore-stop``: once per run, after ``stop`` the program hangs at its next line (or its stop check) (it
+  must be killed);
 * ``invalid-output``: the first line written is not JSON;
 * ``exit-early``: once per run, the program exits 0 after the first step without ``finish``.
 
@@ -66,7 +67,6 @@ def once() -> bool:
 
 _emit = program.emit
 _lines = [0]
-_steps = [0]
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -81,19 +81,22 @@ def emit(obj: dict[str, Any]) -> None:
         fault_file(_first["runId"], "pid").write_text(str(os.getpid()))
         _emit(obj)
         threading.Event().wait()  # mid-step for ever: killed by the test (or by the runner after a stop)
-    if MODE == "ignore-stop" and obj["type"] == "finish-step":
-        _steps[0] += 1
-        # The second step's end waits for the stop the first step's slice point brings (slices of
-        # 0 s), then hangs: the program never reaches its slice point and is killed after the grace.
-        if _steps[0] == 2 and program._stop.wait(60) and once():
-            time.sleep(3600)
+    if MODE == "ignore-stop" and program._stop.is_set() and once():
+        time.sleep(3600)  # after stop it never reaches its slice point: killed after the grace
     _emit(obj)
     if MODE == "exit-early" and obj["type"] == "checkpoint" and once():
         os._exit(0)
 
 
+def stop_requested() -> bool:
+    if program._stop.is_set() and MODE == "ignore-stop" and once():
+        time.sleep(3600)  # stop came after the step's last line: it hangs here instead
+    return program._stop.is_set()
+
+
 sys.stdin = _Tap(sys.stdin)  # type: ignore[assignment]
 program.emit = emit
+program.stop_requested = stop_requested
 
 if __name__ == "__main__":
     program.main()
