@@ -27,6 +27,7 @@ from durable_harness.harness.bridge.transport import (
 )
 
 from examples.harness_program.agent import session_agent
+from tests.harness import agents
 from tests.harness.serving import Server, wait_until
 from tests.harness.support import Turns, answered, parts_of
 from tests.harness.test_process import to_model, types
@@ -282,3 +283,23 @@ def test_a_server_killed_mid_step_reattaches_and_nothing_is_redone(tmp_path: Pat
     finally:
         server.stop()
         asyncio.run(end_bridges(sessions))
+
+
+async def test_the_program_and_its_bridge_hold_no_kit_secret(
+    sessions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The program's environment is minimal, and so is its parent's, the bridge's."""
+    import json
+
+    monkeypatch.setenv("TOOL_APPROVAL_SECRET", "s" * 40)
+    monkeypatch.setenv("AUTH_TOKEN_HASHES", "h" * 64)
+    monkeypatch.setenv("PIDS_DIR", str(tmp_path / "pids"))
+    program = agents.misbehaving("environ", session="persistent", sessions_dir=sessions, stop_grace_seconds=2.0)
+    try:
+        chunks, state = await Turns(program).ask("hi")
+        assert state.status == "finished"
+        seen = json.loads(parts_of(chunks)[-1]["text"])
+        assert not {"TOOL_APPROVAL_SECRET", "AUTH_TOKEN_HASHES"} & set(seen["variables"])
+        assert "with the secret" not in seen["parent"]  # the bridge never had it
+    finally:
+        await end_bridges(sessions)

@@ -36,7 +36,6 @@ from ..protocol.ui_chunks import (
     ErrorChunk,
     FinishChunk,
     FinishStepChunk,
-    ResetStepChunk,
     ToolOutputDeniedChunk,
     UIMessageChunk,
     encode_ui_chunk,
@@ -59,6 +58,7 @@ from .state import (
     pending_json,
     state_of,
 )
+from .tail import previous_turn_state, replayed_tail, write_chunks
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +149,9 @@ class Runner:
         if continuation is not None:
             paused = self.load(continuation.paused_run_id)
             turn, session_id = paused.turn, session_id or paused.session_id
+        previous = None if continuation is not None else previous_turn_state(self.store, chat_id, run_id, self.agent_id)
         state = RunState(
-            session_state=None if continuation is not None else self._session_state(chat_id, run_id),
+            session_state=previous,
             run_id=run_id,
             session_id=self.agent.create_session(session_id or chat_id),
             chat_id=chat_id,
@@ -198,7 +199,7 @@ class Runner:
             flush_burst=self.flush_burst,
             on_commit=self.on_commit,
         )
-        tail = await self._replayed_tail(state, count)
+        tail = await replayed_tail(self.log, self.options, state, count)
         replay = tail is None and await self._reset_if_interrupted(state, count, translator, writer)
         progress = SliceProgress(self.store, cp, state, translator, writer, grace=self.checkpoint_grace)
         state.slices += 1
@@ -208,12 +209,12 @@ class Runner:
         session = self.agent.create_session(state.session_id)
         turn = self.agent.open(turn_request(state, session, replay, left))
         state.session_state = None  # the turn has it; the first checkpoint no longer needs it
-        _write(writer, tail, translator.start(state.message_id))
+        write_chunks(writer, tail, translator.start(state.message_id))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
                 if not decision.approved:
                     denied = ToolOutputDeniedChunk(tool_call_id=decision.tool_call_id)
-                    _write(writer, tail, translator.translate(denied))
+                    write_chunks(writer, tail, translator.translate(denied))
         final: list[UIMessageChunk] = []
         finish_part: hp.FinishPart | None = None
         output: Any = None
@@ -258,7 +259,7 @@ class Runner:
                     continue
                 if isinstance(event, hp.ToolApprovalRequestPart):
                     self._note_approval(state, translator, event)
-                _write(writer, tail, chunks)
+                write_chunks(writer, tail, chunks)
                 if isinstance(event, hp.FinishStepPart):
                     state.steps.append(_step_mark(event))
                 if isinstance(event, hp.ErrorPart):
@@ -375,18 +376,6 @@ class Runner:
         cp = self.store.claim(run_id, cp.version)
         return cp, state, self.log.open(run_id, cp.epoch)
 
-    def _session_state(self, chat_id: str | None, run_id: str) -> Any:
-        """The state of the last checkpoint of the chat's previous turn (None: a first turn, or a
-        store that cannot list a chat's runs)."""
-        list_runs = getattr(self.store, "list_runs", None)
-        if chat_id is None or list_runs is None:
-            return None
-        for cp in list_runs(chat_id=chat_id, limit=5):
-            previous = state_of(cp)
-            if previous.run_id != run_id and previous.terminal and not foreign(previous.agent, self.agent_id):
-                return previous.turn
-        return None
-
     @staticmethod
     def _note_approval(state: RunState, translator: StreamTranslator, part: hp.ToolApprovalRequestPart) -> None:
         """Record an approval request (the translator has checked that its tool call exists)."""
@@ -422,21 +411,13 @@ class Runner:
         translator.state.step_open = translator.state.step_open or "start-step" in types
         return True
 
-    async def _replayed_tail(self, state: RunState, count: int) -> list[str] | None:
-        """What a dead slice appended after the checkpoint, when the harness replays it exactly
-        (``replays_tail``): matched, not sent again. None: nothing to match (or no such harness)."""
-        if not self.options.replays_tail or count <= state.stream.chunk_count:
-            return None
-        logger.info("run %s: previous attempt died mid-step; the harness replays what it sent", state.run_id)
-        return list(await asyncio.to_thread(self.log.read, state.run_id, state.stream.chunk_count))
-
     async def _reset_if_interrupted(
         self, state: RunState, count: int, translator: StreamTranslator, writer: ChunkWriter
     ) -> bool:
         if not await self._note_tail(state, count, translator):
             return False
         logger.info("run %s: previous attempt died mid-step; resetting the step", state.run_id)
-        _write(writer, None, translator.reset_step())
+        write_chunks(writer, None, translator.reset_step())
         return True
 
     async def _commit_terminal(self, progress: SliceProgress, final: list[UIMessageChunk]) -> RunState:
@@ -486,22 +467,6 @@ class Runner:
             await asyncio.to_thread(self.log.append, state.run_id, count, final[count - base :], cp.epoch)
             if self.on_commit:
                 self.on_commit(state.run_id, expected)
-
-
-def _write(writer: ChunkWriter, tail: list[str] | None, chunks: list[UIMessageChunk]) -> None:
-    """Append ``chunks``; those a dead slice already appended (``tail``, in order) are skipped.
-    A chunk that differs from the tail ends the matching: the client is sent ``reset-step`` first."""
-    for chunk in chunks:
-        encoded = encode_ui_chunk(chunk)
-        if tail:
-            if json.loads(tail[0]) == json.loads(encoded):
-                tail.pop(0)
-                continue
-            logger.warning("the harness's replay differs from what the dead slice sent; resetting the step")
-            tail.clear()
-            if chunk.type != "reset-step":
-                writer.write(encode_ui_chunk(ResetStepChunk()))
-        writer.write(encoded)
 
 
 def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:
