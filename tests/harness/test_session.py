@@ -194,6 +194,7 @@ async def test_cancel_mid_step_ends_the_turn_with_one_finish(
         # the program ended the turn (it got `cancel`): the session serves the next one at once
         _, after = await drive(turns, "hi", "chat_c", "msg_n")
         assert after.status == "finished"
+        assert [step for _, step in logged(steps)] == ["work 1", "hello"]  # it stopped at the cancel
         assert len({pid for pid, _ in logged(steps)}) == 1
     finally:
         await end_bridges(sessions)
@@ -312,5 +313,28 @@ async def test_a_host_tool_result_reaches_the_program_in_its_session(sessions: P
         call = next(p for p in parts_of(chunks) if p["type"] == "tool-get_weather")
         assert call["state"] == "output-available" and call["output"]["city"] == "Paris"
         assert parts_of(chunks)[-1]["text"].startswith(f"It is {call['output']['conditions']} in Paris")
+    finally:
+        await end_bridges(sessions)
+
+
+async def test_a_program_that_ignores_cancel_is_killed_after_the_grace(
+    sessions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("PIDS_DIR", str(pids))
+    program = agents.misbehaving("fork-hang", session="persistent", sessions_dir=sessions, stop_grace_seconds=0.5)
+    try:
+        turns = Turns(program)
+        run = turns.runner.create_run(to_model([user_message("hi")]), message_id="msg_h", chat_id="chat_h")
+        turns.orchestrator.start(run.run_id)
+        (leader,) = await until(lambda: [int(p.read_text()) for p in pids.glob("leader-*.pid")], "the program")
+        await until(lambda: log_chunks(turns.log, run.run_id), "the turn's first chunk")
+        turns.orchestrator.cancel(run.run_id)
+        state = await turns.runner.finalize(run.run_id, status="cancelled")
+        assert state.status == "cancelled" and types(log_chunks(turns.log, run.run_id)).count("finish") == 1
+        await until(lambda: not running(leader), "the program to be killed")
+        children = [int(p.read_text()) for p in pids.glob("child-*.pid")]
+        await until(lambda: not [pid for pid in children if running(pid)], "what it forked to be killed too")
+        assert bridge_pids(sessions)  # the session stays; its next turn starts a new boot
     finally:
         await end_bridges(sessions)

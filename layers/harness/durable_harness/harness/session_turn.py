@@ -286,11 +286,14 @@ async def cancel_session(harness: ProcessHarness, notice: CancelNotice) -> None:
     session = state.get("session")
     session = session if isinstance(session, dict) else {}
     boot_id, cursor = session.get("bootId"), int(session.get("cursor") or 0)
-    if not isinstance(boot_id, str):
-        return
     transport = await harness.transport(session_spec(harness, notice.session_id))
     grace = harness.stop_grace_seconds
     try:
+        if not isinstance(boot_id, str):  # cancelled before its first checkpoint: the current boot's turn
+            status = await transport.status()
+            if not status.get("busy") or not isinstance(status.get("bootId"), str):
+                return
+            boot_id, cursor = status["bootId"], int(status.get("cursor") or 0)
         await transport.send({"type": "cancel", "protocol": SESSION_PROTOCOL_VERSION, "runId": notice.run_id}, boot_id)
         ended = False
         attachment = transport.attach(boot_id, cursor, grace)
