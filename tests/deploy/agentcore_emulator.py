@@ -7,8 +7,9 @@ botocore's ``bedrock-agentcore`` model say the service does:
 
 * ``POST /runtimes/{agentRuntimeArn}/invocations?qualifier=...`` with the session in
   ``X-Amzn-Bedrock-AgentCore-Runtime-Session-Id``: each session id gets its own "microVM", here a
-  real bridge subprocess (``python -m durable_harness.harness.bridge --agentcore``, its data in a
-  fresh folder), started at the session's first invoke; the payload is POSTed to its
+  real bridge subprocess (``python -m durable_harness.harness.bridge --agentcore`` over a
+  command, or the packaged entry point ``agentcore_main.py`` of a session zip; a fresh temporary
+  folder each), started at the session's first invoke; the payload is POSTed to its
   ``/invocations`` with the session header and the answer is streamed back as it comes (chunked);
 * ``POST /runtimes/{agentRuntimeArn}/stopruntimesession``: the session's bridge is ended (SIGTERM);
 * a request without SigV4 for ``bedrock-agentcore`` is a 403, an unknown runtime a 404
@@ -62,7 +63,7 @@ class Invocation:
 @dataclass
 class _State:
     runtime_arn: str
-    command: list[str]
+    argv: list[str]
     sessions: dict[str, Microvm] = field(default_factory=dict)
     requests: list[Invocation] = field(default_factory=list)
     failures: list[tuple[int, str]] = field(default_factory=list)
@@ -76,8 +77,9 @@ class _State:
 class AgentCoreEmulator:
     """The emulation's server (``url``) and its sessions; use :func:`agentcore_emulator`."""
 
-    def __init__(self, runtime_arn: str, command: Sequence[str]) -> None:
-        self.state = _State(runtime_arn, list(command))
+    def __init__(self, runtime_arn: str, argv: Sequence[str]) -> None:
+        """``argv``: how a microVM starts its bridge, on a loopback port (see :func:`bridge_argv`)."""
+        self.state = _State(runtime_arn, list(argv))
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.server.daemon_threads = True
         self.server.state = self.state  # type: ignore[attr-defined]
@@ -123,10 +125,22 @@ class AgentCoreEmulator:
             _end(vm, kill=False)
 
 
+LOOPBACK = ("--host", "127.0.0.1", "--port", "0")
+"""The bridge's arguments for a loopback port of its own (AgentCore's is 0.0.0.0:8080)."""
+
+
+def bridge_argv(command: Sequence[str]) -> list[str]:
+    """A microVM that runs the bridge module in ``--agentcore`` mode over ``command`` (on a
+    loopback port of its own: AgentCore's is 0.0.0.0:8080)."""
+    return [sys.executable, "-m", "durable_harness.harness.bridge", "--agentcore", *LOOPBACK, "--grace-seconds",
+            "5", "--", *command]  # fmt: skip
+
+
 @contextmanager
-def agentcore_emulator(runtime_arn: str, command: Sequence[str]) -> Iterator[AgentCoreEmulator]:
-    """A running emulation whose sessions run ``command`` under the bridge."""
-    emulator = AgentCoreEmulator(runtime_arn, command)
+def agentcore_emulator(runtime_arn: str, argv: Sequence[str]) -> Iterator[AgentCoreEmulator]:
+    """A running emulation whose microVMs start with ``argv`` (:func:`bridge_argv`, or a session zip's
+    entry point with :data:`LOOPBACK`)."""
+    emulator = AgentCoreEmulator(runtime_arn, argv)
     emulator.start()
     try:
         yield emulator
@@ -148,13 +162,13 @@ def _end(vm: Microvm, *, kill: bool) -> None:
 
 
 def _boot_microvm(state: _State) -> Microvm:
-    """A new bridge in ``--agentcore`` mode on a loopback port (AgentCore's is 0.0.0.0:8080)."""
+    """A new microVM: its bridge started with the emulation's argv, in a fresh folder."""
     folder = tempfile.TemporaryDirectory(prefix="microvm-")
-    argv = [sys.executable, "-m", "durable_harness.harness.bridge", "--agentcore", "--host", "127.0.0.1",
-            "--port", "0", "--grace-seconds", "5", "--cwd", folder.name, "--", *state.command]  # fmt: skip
-    env = {"PATH": os.environ.get("PATH", ""), "TMPDIR": folder.name}  # no AWS credentials in the microVM
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)  # fmt: skip
+    # A microVM has its execution role's credentials (fake here): the bridge must keep them from the program.
+    env = {"PATH": os.environ.get("PATH", ""), "TMPDIR": folder.name, "AWS_ACCESS_KEY_ID": "microvm-role-key",
+           "AWS_SECRET_ACCESS_KEY": "microvm-role-secret", "AWS_REGION": "us-east-1"}  # fmt: skip
+    proc = subprocess.Popen(state.argv, cwd=folder.name, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
     ready = proc.stdout.readline()  # the bridge prints its port once it listens
     proc.stdout.close()

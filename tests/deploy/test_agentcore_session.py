@@ -28,7 +28,7 @@ from durable_harness.harness.bridge.agentcore import (
 from tests.aws.signing import signed_for
 from tests.harness.bridge_support import FINISH, PROGRAM, collect, delta
 
-from .agentcore_emulator import AgentCoreEmulator, agentcore_emulator
+from .agentcore_emulator import AgentCoreEmulator, agentcore_emulator, bridge_argv
 
 RUNTIME_ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/durable_harness_sessions-AbC123dEf4"
 SESSION = "chat_0123"  # shorter than AgentCore's 33: the transport pads it
@@ -38,7 +38,7 @@ SESSION = "chat_0123"  # shorter than AgentCore's 33: the transport pads it
 def emulator(monkeypatch: pytest.MonkeyPatch) -> Iterator[AgentCoreEmulator]:
     """The emulation, the lite client's endpoint and fake credentials pointed at it, no backoff waits."""
     monkeypatch.setattr(_client, "backoff", lambda attempt, **_: 0.0)
-    with agentcore_emulator(RUNTIME_ARN, PROGRAM) as served:
+    with agentcore_emulator(RUNTIME_ARN, bridge_argv(PROGRAM)) as served:
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
         monkeypatch.setenv("AWS_SESSION_TOKEN", "token-of-the-function")

@@ -32,6 +32,7 @@ def resolved(overrides: dict[str, str] | None = None) -> Resolver:
     for logical_id in RESOURCES:
         r.physical[logical_id] = f"phys-{logical_id}"
         r.attributes[(logical_id, "Arn")] = f"arn:aws:test:::{logical_id}"
+    r.attributes[("HarnessSessionRuntime", "AgentRuntimeArn")] = "arn:aws:test:::HarnessSessionRuntime"
     return r
 
 

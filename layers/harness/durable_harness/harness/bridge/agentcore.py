@@ -44,10 +44,11 @@ from ...aws.lite.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClien
 from ...errors import FatalError, RetryableError
 from ...protocol.sse import SSEParser
 from .client import ATTACH_READ_TIMEOUT_SECONDS, Attachment, BridgeError, checked_answer
+from .transport import SessionSpec, SessionTransport, TransportFactory
 
 __all__ = [
     "ATTACH_MARGIN_SECONDS", "RUNTIME_ARN_ENV", "RUNTIME_QUALIFIER_ENV", "AgentCoreConnection", "SessionConfigError",
-    "SessionUnavailableError", "runtime_session_id",
+    "SessionUnavailableError", "agentcore_factory", "runtime_session_id",
 ]  # fmt: skip
 
 RUNTIME_ARN_ENV = "AGENTCORE_RUNTIME_ARN"
@@ -281,3 +282,21 @@ class AgentCoreAttachment(Attachment):
             raise _translate(exc, f"{what} broke off") from exc
         finally:
             body.close()
+
+
+def agentcore_factory(env: Mapping[str, str] = os.environ) -> TransportFactory:
+    """The deployed :data:`~.transport.TransportFactory` of ``SESSION_RUNTIME=agentcore``.
+
+    The program, its environment and the idle timeout are the runtime's (packaged in its code, its
+    ``EnvironmentVariables``, its lifecycle settings: ``docs/harness.md``), so of a
+    :class:`~.transport.SessionSpec` only the session id is used: AgentCore starts the session's
+    microVM, and its bridge, at the first invoke."""
+
+    async def connect(spec: SessionSpec) -> SessionTransport:
+        return AgentCoreConnection.from_env(spec.session_id, env)
+
+    return connect
+
+
+def _satisfies(connection: AgentCoreConnection) -> SessionTransport:
+    return connection  # mypy checks here that the AgentCore connection satisfies the protocol
