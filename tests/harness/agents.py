@@ -16,7 +16,7 @@ from typing import Any
 from durable_harness.harness import ProcessHarness
 
 from examples.harness_program.agent import agent as example
-from examples.harness_program.agent import get_weather
+from examples.harness_program.agent import get_weather, session_agent
 
 HERE = Path(__file__).resolve().parent
 GRACE = 1.0
@@ -46,6 +46,8 @@ def misbehaving(mode: str, **options: Any) -> ProcessHarness:
     )
 
 
+persistent = session_agent(stop_grace_seconds=GRACE)
+"""The example program in a persistent session (its bridges register in the server's data folder)."""
 kills_mid_step = faulty("kill-mid-step")
 ignores_stop = faulty("ignore-stop")
 invalid_output = faulty("invalid-output")
@@ -65,5 +67,5 @@ def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
 
 __all__ = [
     "environ", "example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kill_mid_step", "kills_mid_step",
-    "misbehaving", "orphan",
+    "misbehaving", "orphan", "persistent",
 ]  # fmt: skip

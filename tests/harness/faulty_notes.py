@@ -7,7 +7,8 @@
   seen that call shown (its ``tool-input-available``), so the fault never races the runner
   (``tests.harness.agents.kill_mid_step``). The program writes its pid to ``DIR/kill-mid-step-<runId>.pid`` before
   the line; once ``DIR/kill-mid-step-<runId>.killed`` exists, the run's later programs go on;
-* ``ignore-stop``: once per run, the program ignores ``stop`` and hangs (it must be killed);
+* ``ignore-stop``: once per run, after ``stop`` the program hangs at its next line (or its stop check) (it
+  must be killed);
 * ``invalid-output``: the first line written is not JSON;
 * ``exit-early``: once per run, the program exits 0 after the first step without ``finish``.
 
@@ -80,6 +81,8 @@ def emit(obj: dict[str, Any]) -> None:
         fault_file(_first["runId"], "pid").write_text(str(os.getpid()))
         _emit(obj)
         threading.Event().wait()  # mid-step for ever: killed by the test (or by the runner after a stop)
+    if MODE == "ignore-stop" and program._stop.is_set() and once():
+        time.sleep(3600)  # after stop it never reaches its slice point: killed after the grace
     _emit(obj)
     if MODE == "exit-early" and obj["type"] == "checkpoint" and once():
         os._exit(0)
@@ -87,7 +90,7 @@ def emit(obj: dict[str, Any]) -> None:
 
 def stop_requested() -> bool:
     if program._stop.is_set() and MODE == "ignore-stop" and once():
-        time.sleep(3600)  # hangs: the runner kills it after the grace period
+        time.sleep(3600)  # stop came after the step's last line: it hangs here instead
     return program._stop.is_set()
 
 

@@ -149,6 +149,15 @@ def main() -> None:
         output = (options or {}).get("answer")
         emit({"type": "checkpoint", "state": {"done": True}, **({"output": output} if output is not None else {})})
         return
+    if MODE == "echo-session":  # says what the previous turn's last checkpoint held
+        previous = (first.get("sessionState") or {}).get("said", "none")
+        said = next(m for m in reversed(first["messages"]) if m["role"] == "user")["content"]
+        said = said if isinstance(said, str) else " ".join(p.get("text", "") for p in said)
+        say(f"previous: {previous}")
+        end_step()
+        finish()
+        emit({"type": "checkpoint", "state": {"said": said}})
+        return
     if MODE == "host-echo":
         call = {"type": "tool-call", "toolCallId": "call_w", "toolName": "get_weather", "input": '{"city": "Oslo"}'}
         emit(call)

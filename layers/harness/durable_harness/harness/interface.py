@@ -61,6 +61,9 @@ class Checkpoint:
     state: JSONValue
     output: Any = None
     deferrable: bool = False
+    detach: bool = False
+    """End the slice here, also mid-step (a persistent session whose program goes on): the
+    next slice opens a ``ContinueTurn`` from this state."""
 
 
 HarnessEvent: TypeAlias = HarnessStreamPart | UIMessageChunk | Checkpoint
@@ -125,6 +128,11 @@ class StartTurn:
     messages: list[ModelMessage]
     call_options: dict[str, Any] | None = None
     """The run's call options, as :meth:`Harness.parse_call_options` returned them."""
+    session_state: JSONValue | None = None
+    """The state of the last checkpoint of the session's previous turn (None on a first turn)."""
+    budget_seconds: float | None = None
+    """The slice's time budget from when the turn is opened (None: no limit); a harness that can
+    end a slice mid-step yields a ``detach`` checkpoint when it is spent."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,9 @@ class ContinueTurn:
     continuation: Continuation | None = None
     call_options: dict[str, Any] | None = None
     """The run's call options (a continuation's may differ from the paused run's)."""
+    budget_seconds: float | None = None
+    """The slice's time budget from when the turn is opened (None: no limit); a harness that can
+    end a slice mid-step yields a ``detach`` checkpoint when it is spent."""
 
     @property
     def approvals(self) -> tuple[ApprovalDecision, ...]:
@@ -182,6 +193,10 @@ class HarnessOptions:
     allow_system_in_messages: bool = False
     approval_secret: ApprovalSecret | None = None
     has_output: bool = False
+    replays_tail: bool = False
+    """After a slice died, the next re-yields exactly what it yielded after its last checkpoint
+    (a persistent session reads its program's lines again from the checkpoint's cursor): the
+    runner then matches that against the log instead of sending ``reset-step``."""
 
 
 @runtime_checkable
@@ -196,7 +211,9 @@ class HarnessTurn(Protocol):
         """End the slice at the slice point just reached; return one last checkpoint, or None.
 
         Called after the events' iterator yielded a checkpoint that follows ``finish-step``; no
-        more events are read afterwards.
+        more events are read afterwards, unless the turn has ``drains_after_stop = True``: then
+        the runner goes on reading and recording its events until its next slice point (the
+        slice ends there), its ``finish``, or the end of its events (its last checkpoint stands).
         """
         ...
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -36,15 +36,20 @@ from ..agent.output import ArrayOutput, ObjectOutput, Output, as_output
 from ..approvals import DEFAULT_SECRET_ARN_ENV, DEFAULT_SECRET_ENV, ApprovalSecret
 from ..errors import AgentConfigError, OutputError
 from ..ids import new_id
+from .bridge.registry import clean_stale
+from .bridge.transport import SessionSpec, SessionTransport, check_session_runtime, transport_factory
 from .hosttools import HostTools
 from .interface import CancelNotice, HarnessOptions, TurnRequest
 from .process_turn import MAX_LINE_BYTES, PROTOCOL_VERSION, HarnessExitedError, HarnessIdleError, ProcessTurn
-from .programs import ProgramRegistry, program_env
+from .programs import ProgramRegistry, default_registry_dir, program_env
+from .session_turn import SessionTurn, cancel_session
 
 DEFAULT_STOP_GRACE_SECONDS = 10.0
 """How long a program may take to exit after ``stop`` (or ``finish``) before it is killed."""
 DEFAULT_IDLE_TIMEOUT_SECONDS = 600.0
 """How long a program may write nothing (not even a ``heartbeat``) before it is killed."""
+DEFAULT_SESSION_IDLE_SECONDS = 900.0
+"""How long a persistent session may go unused before its bridge ends it."""
 HIDDEN_ENV = frozenset({DEFAULT_SECRET_ENV, DEFAULT_SECRET_ARN_ENV, "AUTH_TOKEN_HASHES", "AUTH_TOKENS_SECRET"})
 """The server's own secrets: ``env`` may not name them."""
 
@@ -66,7 +71,12 @@ class ProcessHarness:
       extra ``body`` fields), sent as ``callOptions``; without one they are sent as they came;
     * ``output``: the turn's structured output (an ``Output`` or a pydantic model), validating
       the ``output`` of the program's checkpoint after ``finish``;
-    * ``registry_dir``: where each run's program pid is recorded (see :mod:`.programs`).
+    * ``registry_dir``: where each run's program pid is recorded (see :mod:`.programs`);
+    * ``session``: ``"slice"`` (a process per slice, from the last checkpoint: protocol 1) or
+      ``"persistent"`` (one process per session, living across slices and turns in a bridge:
+      protocol 2; see :mod:`.session_turn`); ``destroy_on_finish``: end the session when a turn
+      finishes or fails; ``session_idle_seconds``: end it after that long unused;
+      ``sessions_dir``: where local bridges register (default: the server's data folder).
     """
 
     def __init__(
@@ -85,6 +95,10 @@ class ProcessHarness:
         send_reasoning: bool = True,
         allow_system_in_messages: bool = False,
         approval_secret: ApprovalSecret | None = None,
+        session: Literal["slice", "persistent"] = "slice",
+        destroy_on_finish: bool = False,
+        session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS,
+        sessions_dir: str | Path | None = None,
     ) -> None:
         if not command or not all(isinstance(part, str) and part for part in command):
             raise AgentConfigError("ProcessHarness needs a command: a non-empty list of non-empty strings")
@@ -96,6 +110,16 @@ class ProcessHarness:
             raise AgentConfigError(f"env may not pass the server's secrets to the program: {', '.join(hidden)}")
         if call_options is not None and not (isinstance(call_options, type) and issubclass(call_options, BaseModel)):
             raise AgentConfigError(f"call_options must be a pydantic model class, not {call_options!r}")
+        if session not in ("slice", "persistent"):
+            raise AgentConfigError(f'session must be "slice" or "persistent", not {session!r}')
+        if session_idle_seconds <= 0:
+            raise AgentConfigError("session_idle_seconds must be positive")
+        if session == "persistent":
+            check_session_runtime()  # deployed without a session runtime: refused here, at start-up
+        self.session = session
+        self.destroy_on_finish = destroy_on_finish
+        self.session_idle_seconds = session_idle_seconds
+        self.sessions_dir = Path(sessions_dir) if sessions_dir is not None else None
         self.command = list(command)
         self.cwd = str(cwd) if cwd is not None else None
         self.env = dict(env or {})
@@ -112,6 +136,7 @@ class ProcessHarness:
             allow_system_in_messages=allow_system_in_messages,
             approval_secret=approval_secret,
             has_output=self.output is not None,
+            replays_tail=session == "persistent",  # a slice that died is read again from its cursor
         )
 
     @property
@@ -124,11 +149,30 @@ class ProcessHarness:
         return session_id or new_id("sess")
 
     def open(self, request: TurnRequest) -> ProcessTurn:
-        """Start the program for one slice."""
+        """Start the program for one slice (slice mode), or reach its session (persistent)."""
+        if self.session == "persistent":
+            return SessionTurn(self, request)
         return ProcessTurn(self, request)
 
+    def bind_data_dir(self, data_dir: str | Path) -> None:
+        """The local server's data folder: persistent sessions' bridges register in it (unless
+        ``sessions_dir`` was given)."""
+        if self.sessions_dir is None:
+            self.sessions_dir = Path(data_dir) / "sessions"
+        if self.session == "persistent":  # bridges a dead server left behind: end them now
+            clean_stale(self.sessions_dir)
+
+    async def transport(self, spec: SessionSpec) -> SessionTransport:
+        """The session's connection, from the deployment's factory (locally: ``find_or_start``)."""
+        folder = self.sessions_dir or default_registry_dir().parent / "sessions"
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return await transport_factory(folder)(spec)
+
     async def on_cancel(self, notice: CancelNotice) -> None:
-        """Nothing to release: no process outlives its slice."""
+        """Slice mode: nothing to release (no process outlives its slice). Persistent: the
+        program gets ``cancel``; one that does not end the turn within the grace is killed."""
+        if self.session == "persistent":
+            await cancel_session(self, notice)
 
     def parse_call_options(self, raw: Mapping[str, Any]) -> dict[str, Any] | None:
         """``raw`` validated by ``call_options``; without a model, passed on as the client sent it
@@ -164,6 +208,7 @@ class ProcessHarness:
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_SECONDS",
+    "DEFAULT_SESSION_IDLE_SECONDS",
     "DEFAULT_STOP_GRACE_SECONDS",
     "HIDDEN_ENV",
     "MAX_LINE_BYTES",

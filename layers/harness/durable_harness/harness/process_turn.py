@@ -55,6 +55,8 @@ class ProcessTurn:
         self.finished = False
         self.awaiting_resolved = False
         self.lines = 0
+        self.stop_deadline: float | None = None
+        """Set by ``stop``: the loop time by which the program must reach a slice point or exit."""
         self.host_calls: set[str] = set()
         """Host calls of this turn: the program's echo of their result is not shown twice."""
         self._events: AsyncGenerator[HarnessEvent, None] | None = None
@@ -73,42 +75,18 @@ class ProcessTurn:
             self._events = self._run()
         return self._events
 
+    drains_after_stop = True
+    """After :meth:`stop` the runner reads on to the program's next slice point (or its exit)."""
+
     async def stop(self) -> Checkpoint | None:
-        """Write ``stop``; read until the program exits (keeping a last checkpoint), or kill it."""
-        proc = self.proc
-        if proc is None or proc.stdout is None:
+        """Write ``stop``. The runner goes on recording what the program writes until its next
+        slice point (``finish-step`` + checkpoint) or its exit, within the stop grace; a program
+        still going after the grace is killed (its unfinished step is redone with ``reset-step``)."""
+        if self.proc is None or self.proc.stdout is None:
             return None
         await self._send({"type": "stop"})
-        last: Checkpoint | None = None
-
-        async def drain() -> None:
-            nonlocal last
-            ignored = 0
-            while True:
-                obj = await self._read_line(proc, idle=False)
-                if obj is None:
-                    break
-                if obj["type"] == "checkpoint" and "state" in obj and not ignored:
-                    self.program, self.host_results = obj["state"], []
-                    last = Checkpoint(self._state())
-                else:  # the program went on: those parts are not shown, no checkpoint after them holds
-                    ignored += 1
-            if ignored:
-                logger.info("harness program: %d lines after stop were dropped (the step is redone)", ignored)
-            await proc.wait()
-
-        try:
-            await _within(drain(), self.harness.stop_grace_seconds)
-        except TimeoutError:
-            logger.warning(
-                "harness program did not exit within %g s of stop; killing its process group",
-                self.harness.stop_grace_seconds,
-            )
-            await self._kill()
-        except ProtocolError as exc:
-            logger.warning("harness program: bad output after stop (%s); killing it", exc)
-            await self._kill()
-        return last
+        self.stop_deadline = asyncio.get_running_loop().time() + self.harness.stop_grace_seconds
+        return None
 
     async def close(self) -> None:
         """Kill the program's process group (what it forked too); stop reading its stderr."""
@@ -125,41 +103,23 @@ class ProcessTurn:
 
     async def _run(self) -> AsyncGenerator[HarnessEvent, None]:
         proc = await self._spawn()
-        request = self.request
-        if isinstance(request, StartTurn):
-            await self._send(_start_line(request))
-        else:
-            for event in await self._resolve_awaiting(request):
-                yield event
-            approvals = [a.to_json() for a in request.approvals if not self._is_host_approval(a.approval_id)]
-            await self._send(
-                {
-                    "type": "continue", "protocol": PROTOCOL_VERSION, "runId": request.run_id,
-                    "sessionId": request.session_id, "state": self.program, "replayStep": request.replay_step,
-                    "approvals": approvals, "callOptions": request.call_options,
-                }
-            )  # fmt: skip
-            for result in self.host_results:
-                await self._send(_result_line(result))
-                if request.replay_step and result.get("shown"):
-                    yield HostTools.event_of(result)
-            if self.awaiting_resolved:
-                yield Checkpoint(self._state())
+        async for event in self._open_turn():
+            yield event
         step_closed = False
         while True:
             obj = await self._read_line(proc)
+            for event in self._take_pending():
+                yield event
             if obj is None:
                 break
             if obj["type"] == "checkpoint":
                 if "state" not in obj:
                     raise self._invalid('a "checkpoint" line needs a "state" (any JSON value)')
-                if "output" in obj:
-                    raise self._invalid('"output" belongs on the checkpoint after "finish"')
-                self.program, self.host_results = obj["state"], []
+                self._note_checkpoint(obj)
                 if self.awaiting:  # the program waits for host calls that need approval: pause
                     for event in self._pause(step_closed):
                         yield event
-                    await self._kill()
+                    await self._end_paused()
                     return
                 yield Checkpoint(self._state())
                 continue
@@ -167,6 +127,7 @@ class ProcessTurn:
             if isinstance(part, hp.ToolResultPart) and part.tool_call_id in self.host_calls:
                 continue  # the program echoing a host result: the client was shown it already
             step_closed = isinstance(part, hp.FinishStepPart)
+            self._shown(part)
             yield part
             if isinstance(part, hp.FinishPart):
                 self.finished = True
@@ -177,6 +138,66 @@ class ProcessTurn:
                 self.host_calls.add(part.tool_call_id)
                 async for event in self._host_call(part):
                     yield event
+        async for event in self._lines_ended(proc):
+            yield event
+
+    # --- hooks a persistent session replaces (:mod:`.session_turn`) ---------------------------------
+
+    def _note_checkpoint(self, obj: dict[str, Any]) -> None:
+        """Take in the program's checkpoint line (its state; the host results it now covers)."""
+        if "output" in obj:
+            raise self._invalid('"output" belongs on the checkpoint after "finish"')
+        self.program, self.host_results = obj["state"], []
+
+    def _shown(self, part: hp.HarnessStreamPart) -> None:
+        """A part goes to the client (nothing to note in slice mode)."""
+
+    def _take_pending(self) -> list[HarnessEvent]:
+        """Events to yield before the next line (none in slice mode)."""
+        return []
+
+    async def _end_paused(self) -> None:
+        """The turn paused for host approvals: the program is stopped (its state is checkpointed)."""
+        await self._kill()
+
+    async def _open_turn(self) -> AsyncGenerator[HarnessEvent, None]:
+        """Write the turn's first line (``start`` or ``continue``) and what follows it."""
+        request = self.request
+        if isinstance(request, StartTurn):
+            await self._send(_start_line(request))
+        else:
+            for event in await self._resolve_awaiting(request):
+                yield event
+            async for event in self._continue(request, request.replay_step, PROTOCOL_VERSION):
+                yield event
+            if self.awaiting_resolved:
+                yield Checkpoint(self._state())
+
+    async def _continue(
+        self, request: TurnRequest, replay: bool, protocol: int, *, answers: bool = True
+    ) -> AsyncGenerator[HarnessEvent, None]:
+        """``continue`` from the program's last checkpoint, then the host results since it (the
+        ones shown again when the step is replayed). ``answers``: with the verified approvals."""
+        approvals = [
+            a.to_json() for a in getattr(request, "approvals", ()) if not self._is_host_approval(a.approval_id)
+        ] if answers else []  # fmt: skip
+        await self._send(
+            {
+                "type": "continue", "protocol": protocol, "runId": request.run_id,
+                "sessionId": request.session_id, "state": self.program, "replayStep": replay,
+                "approvals": approvals, "callOptions": request.call_options,
+            }
+        )  # fmt: skip
+        for result in self.host_results:
+            await self._send(_result_line(result))
+            if replay and result.get("shown"):
+                yield HostTools.event_of(result)
+
+    async def _lines_ended(self, proc: Any) -> AsyncGenerator[HarnessEvent, None]:
+        """The program's stdout ended before ``finish``."""
+        if self.stop_deadline is not None:  # it exited after stop (or was killed at the grace's end)
+            await self._kill()
+            return
         # stdout is closed: the program has exited, or is about to (or closed it and goes on: it
         # gets the grace, then its group is killed, like one that left a child holding stderr).
         try:
@@ -185,6 +206,7 @@ class ProcessTurn:
             code = proc.returncode
             await self._kill()
         raise HarnessExitedError(f"The harness program ended (exit code {code}) before 'finish'.")
+        yield  # an async generator (never reached)
 
     async def _after_finish(self, proc: asyncio.subprocess.Process) -> AsyncGenerator[HarnessEvent, None]:
         """The turn is over: read its last checkpoint (with its output) and let the program exit
@@ -327,11 +349,18 @@ class ProcessTurn:
     async def _next_line(self, proc: asyncio.subprocess.Process, idle: bool) -> dict[str, Any] | None:
         assert proc.stdout is not None
         timeout = self.harness.idle_timeout_seconds if idle else None
+        if self.stop_deadline is not None and idle:
+            timeout = max(0.0, min(timeout or 0.0, self.stop_deadline - asyncio.get_running_loop().time()))
         try:
             raw = await _within(proc.stdout.readline(), timeout)
         except (ValueError, asyncio.LimitOverrunError):
             raise self._invalid(f"a line is longer than {MAX_LINE_BYTES} bytes") from None
         except TimeoutError:
+            if self.stop_deadline is not None and idle:
+                logger.warning("harness program did not reach a slice point within %g s of stop; killing its "
+                               "process group (its step is redone)", self.harness.stop_grace_seconds)  # fmt: skip
+                await self._kill()
+                return None
             await self._kill()
             raise HarnessIdleError(
                 f"The harness program wrote nothing for {timeout:g} s (idle_timeout_seconds); it was stopped."
@@ -388,7 +417,13 @@ def _start_line(request: StartTurn) -> dict[str, Any]:
         "sessionId": request.session_id,
         "messages": [m.to_dict() for m in request.messages],
         "callOptions": request.call_options,
+        **({"sessionState": _program_state(request.session_state)} if request.session_state is not None else {}),
     }
+
+
+def _program_state(state: Any) -> Any:
+    """The program's own state inside a ProcessHarness checkpoint (another harness's as it is)."""
+    return state.get("program") if isinstance(state, dict) and "program" in state else state
 
 
 async def _log_stderr(proc: asyncio.subprocess.Process) -> None:

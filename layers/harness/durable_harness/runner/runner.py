@@ -58,6 +58,7 @@ from .state import (
     pending_json,
     state_of,
 )
+from .tail import previous_turn_state, replayed_tail, write_chunks
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +149,9 @@ class Runner:
         if continuation is not None:
             paused = self.load(continuation.paused_run_id)
             turn, session_id = paused.turn, session_id or paused.session_id
+        previous = None if continuation is not None else previous_turn_state(self.store, chat_id, run_id, self.agent_id)
         state = RunState(
+            session_state=previous,
             run_id=run_id,
             session_id=self.agent.create_session(session_id or chat_id),
             chat_id=chat_id,
@@ -196,26 +199,35 @@ class Runner:
             flush_burst=self.flush_burst,
             on_commit=self.on_commit,
         )
-        replay = await self._reset_if_interrupted(state, count, translator, writer)
+        tail = await replayed_tail(self.log, self.options, state, count)
+        replay = tail is None and await self._reset_if_interrupted(state, count, translator, writer)
         progress = SliceProgress(self.store, cp, state, translator, writer, grace=self.checkpoint_grace)
         state.slices += 1
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
-        turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
-        _write(writer, translator.start(state.message_id))
+        left = None if budget_seconds is None else max(0.0, budget_seconds - (time.monotonic() - started))
+        session = self.agent.create_session(state.session_id)
+        turn = self.agent.open(turn_request(state, session, replay, left))
+        state.session_state = None  # the turn has it; the first checkpoint no longer needs it
+        write_chunks(writer, tail, translator.start(state.message_id))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
                 if not decision.approved:
-                    _write(writer, translator.translate(ToolOutputDeniedChunk(tool_call_id=decision.tool_call_id)))
+                    denied = ToolOutputDeniedChunk(tool_call_id=decision.tool_call_id)
+                    write_chunks(writer, tail, translator.translate(denied))
         final: list[UIMessageChunk] = []
         finish_part: hp.FinishPart | None = None
         output: Any = None
         slice_point = False  # the last event was a finish-step: a checkpoint now may end the slice
+        stopping = False  # stop was called on a turn that drains: the next slice point ends the slice
         longest_step, step_began = 0.0, time.monotonic()
         try:
             async for event in turn.events():
                 observer.event(event)
                 if isinstance(event, hi.Checkpoint):
+                    if event.detach and finish_part is None:  # the harness goes on without this slice
+                        await progress.save(event.state)
+                        return state
                     if finish_part is not None:  # after `finish`: the turn's last state and output
                         state.turn, output = event.state, event.output
                         continue
@@ -227,11 +239,15 @@ class Runner:
                     if slice_point and not state.pending_approvals:  # a pausing turn goes on to its finish
                         now = time.monotonic()
                         longest_step, step_began = max(longest_step, now - step_began), now
+                        if stopping:  # the harness went on to this slice point after stop
+                            return state
                         if budget_seconds is not None and now - started + longest_step >= budget_seconds:
                             last = await turn.stop()
                             if last is not None:
                                 await progress.save(last.state)
-                            return state
+                            if not getattr(turn, "drains_after_stop", False):
+                                return state
+                            stopping = True  # record what it writes up to its next slice point
                     slice_point = False
                     continue
                 if finish_part is not None:
@@ -243,12 +259,14 @@ class Runner:
                     continue
                 if isinstance(event, hp.ToolApprovalRequestPart):
                     self._note_approval(state, translator, event)
-                _write(writer, chunks)
+                write_chunks(writer, tail, chunks)
                 if isinstance(event, hp.FinishStepPart):
                     state.steps.append(_step_mark(event))
                 if isinstance(event, hp.ErrorPart):
                     raise ModelError(chunks[0].error_text if chunks else "model error")  # type: ignore[union-attr]
                 slice_point = isinstance(event, hp.FinishStepPart)
+            if finish_part is None and stopping:  # it ended after stop: its last checkpoint stands
+                return state
             if finish_part is None:
                 raise FatalError("the harness's stream ended without a 'finish' part")
             state.status = "awaiting_tool_approval" if state.pending_approvals else "finished"
@@ -399,7 +417,7 @@ class Runner:
         if not await self._note_tail(state, count, translator):
             return False
         logger.info("run %s: previous attempt died mid-step; resetting the step", state.run_id)
-        _write(writer, translator.reset_step())
+        write_chunks(writer, None, translator.reset_step())
         return True
 
     async def _commit_terminal(self, progress: SliceProgress, final: list[UIMessageChunk]) -> RunState:
@@ -449,11 +467,6 @@ class Runner:
             await asyncio.to_thread(self.log.append, state.run_id, count, final[count - base :], cp.epoch)
             if self.on_commit:
                 self.on_commit(state.run_id, expected)
-
-
-def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
-    for chunk in chunks:
-        writer.write(encode_ui_chunk(chunk))
 
 
 def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:

@@ -101,6 +101,9 @@ class RunState(BaseModel):
     """The run's call options, as the harness validated them (the client's ``body`` fields)."""
     turn: Any = None
     """The harness's own (opaque JSON) state at its last checkpoint; None before the first."""
+    session_state: Any = None
+    """The state of the last checkpoint of the session's previous turn (None on a first turn);
+    a new turn's harness gets it with its ``StartTurn``."""
     continuation: ContinuationRecord | None = None
     """Set on a run that answers a paused run's approvals, until its first checkpoint."""
     pending_approvals: list[ApprovalRecord] = Field(default_factory=list)

@@ -67,6 +67,8 @@ def build_local_kit(
     (another agent's run is a 409 to drive, and readable); see :class:`~durable_harness.runner.runner.Runner`.
     """
     root = make_private_dirs(data_dir)
+    if (bind := getattr(agent, "bind_data_dir", None)) is not None:
+        bind(root)  # a persistent ProcessHarness registers its sessions' bridges here
     store = SqliteCheckpointStore(root / "runs.sqlite3")
     log = FileChunkLog(root / "chunks")
     signal = CommitSignal()
