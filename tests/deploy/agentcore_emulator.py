@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +64,7 @@ class Invocation:
 class _State:
     runtime_arn: str
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
     sessions: dict[str, Microvm] = field(default_factory=dict)
     requests: list[Invocation] = field(default_factory=list)
     failures: list[tuple[int, str]] = field(default_factory=list)
@@ -77,9 +78,10 @@ class _State:
 class AgentCoreEmulator:
     """The emulation's server (``url``) and its sessions; use :func:`agentcore_emulator`."""
 
-    def __init__(self, runtime_arn: str, argv: Sequence[str]) -> None:
-        """``argv``: how a microVM starts its bridge, on a loopback port (see :func:`bridge_argv`)."""
-        self.state = _State(runtime_arn, list(argv))
+    def __init__(self, runtime_arn: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        """``argv``: how a microVM starts its bridge, on a loopback port (see :func:`bridge_argv`);
+        ``env``: more variables of the microVM (the runtime's ``EnvironmentVariables``)."""
+        self.state = _State(runtime_arn, list(argv), dict(env or {}))
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.server.daemon_threads = True
         self.server.state = self.state  # type: ignore[attr-defined]
@@ -137,10 +139,12 @@ def bridge_argv(command: Sequence[str]) -> list[str]:
 
 
 @contextmanager
-def agentcore_emulator(runtime_arn: str, argv: Sequence[str]) -> Iterator[AgentCoreEmulator]:
+def agentcore_emulator(
+    runtime_arn: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> Iterator[AgentCoreEmulator]:
     """A running emulation whose microVMs start with ``argv`` (:func:`bridge_argv`, or a session zip's
     entry point with :data:`LOOPBACK`)."""
-    emulator = AgentCoreEmulator(runtime_arn, argv)
+    emulator = AgentCoreEmulator(runtime_arn, argv, env)
     emulator.start()
     try:
         yield emulator
@@ -166,7 +170,7 @@ def _boot_microvm(state: _State) -> Microvm:
     folder = tempfile.TemporaryDirectory(prefix="microvm-")
     # A microVM has its execution role's credentials (fake here): the bridge must keep them from the program.
     env = {"PATH": os.environ.get("PATH", ""), "TMPDIR": folder.name, "AWS_ACCESS_KEY_ID": "microvm-role-key",
-           "AWS_SECRET_ACCESS_KEY": "microvm-role-secret", "AWS_REGION": "us-east-1"}  # fmt: skip
+           "AWS_SECRET_ACCESS_KEY": "microvm-role-secret", "AWS_REGION": "us-east-1", **state.env}  # fmt: skip
     proc = subprocess.Popen(state.argv, cwd=folder.name, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
