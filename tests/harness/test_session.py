@@ -303,3 +303,14 @@ async def test_the_program_and_its_bridge_hold_no_kit_secret(
         assert "with the secret" not in seen["parent"]  # the bridge never had it
     finally:
         await end_bridges(sessions)
+
+
+async def test_a_host_tool_result_reaches_the_program_in_its_session(sessions: Path, steps: Path) -> None:
+    try:
+        chunks, state = await Turns(harness(sessions)).ask("What is the weather in Paris?")
+        assert state.status == "finished"
+        call = next(p for p in parts_of(chunks) if p["type"] == "tool-get_weather")
+        assert call["state"] == "output-available" and call["output"]["city"] == "Paris"
+        assert parts_of(chunks)[-1]["text"].startswith(f"It is {call['output']['conditions']} in Paris")
+    finally:
+        await end_bridges(sessions)

@@ -148,6 +148,11 @@ class SessionTurn(ProcessTurn):
         if self.program is None and isinstance(request, StartTurn):
             await self._send({**_start_line(request), "protocol": SESSION_PROTOCOL_VERSION, "resumed": False})
             return
+        if self.program is None:  # detached before the program's first checkpoint: nothing to resume from
+            raise ProtocolError(
+                f"The session {request.session_id} was lost ({why}) before its program's first checkpoint "
+                "of this turn: it cannot be resumed. Send the message again."
+            )
         async for event in self._continue(request, True, SESSION_PROTOCOL_VERSION, answers=False):
             yield event
 
