@@ -48,6 +48,9 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   requests count as insecure), so the chunk bucket's TLS-only policy is checked statically instead.
 * the Function URL, the schedule and the layer are not created (no moto support needed for
   the tests: the chat app is driven through a Function URL event, see ``chat.py``).
+* moto has no AgentCore data plane: with ``SessionRuntime=agentcore`` the runtime is not created,
+  only its ARN and its invoke policy are given out; a test puts :mod:`.agentcore_emulator` at
+  that ARN and records its requests with :meth:`MotoStack.record_agentcore` for :meth:`check_iam`.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 from unittest import mock
+from urllib.parse import unquote
 
 import boto3
 import botocore.client
@@ -471,6 +475,12 @@ class MotoStack:
 
         r.physical["HarnessLayer"] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:{self.stack_name}-harness:1"
         r.physical["RunDataPolicy"] = f"arn:aws:iam::{ACCOUNT}:policy/{self._physical('RunDataPolicy')}"
+        if r.condition(resources["HarnessSessionRuntime"]["Condition"]):  # (see the module's docstring)
+            runtime_name = r.resolve(resources["HarnessSessionRuntime"]["Properties"]["AgentRuntimeName"])
+            runtime_arn = f"arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/{runtime_name}-{self._suffix[:10]}"
+            r.physical["HarnessSessionRuntime"] = runtime_arn
+            r.attributes[("HarnessSessionRuntime", "AgentRuntimeArn")] = runtime_arn
+            r.physical["SessionInvokePolicy"] = f"arn:aws:iam::{ACCOUNT}:policy/{self._physical('SessionInvokePolicy')}"
         for logical_id in ("ChatLogGroup", "SliceLogGroup", "FinalizerLogGroup", "TriggerLogGroup"):
             r.physical[logical_id] = r.resolve(resources[logical_id]["Properties"]["LogGroupName"])
 
@@ -715,6 +725,13 @@ class MotoStack:
         ``_make_api_call`` never sees) with its calls recorded for :meth:`check_iam` as botocore's are."""
         return RecordedLiteClient(client, self) if client is not None else None
 
+    def record_agentcore(self, actor: str, paths: list[str]) -> None:
+        """Record requests to the (emulated) AgentCore data plane, by their URL paths, as ``actor``'s calls."""
+        actions = {"invocations": "InvokeAgentRuntime", "stopruntimesession": "StopRuntimeSession"}
+        for path in paths:
+            _, _, arn, operation = path.split("/")
+            self.calls.append(Call(actor, [f"bedrock-agentcore:{actions[operation]}"], [unquote(arn)]))
+
     def policy_statements(self, logical_id: str) -> list[dict[str, Any]]:
         """The Allow statements of a function's (or the state machine's) policies, resolved."""
         policies = (
@@ -725,7 +742,11 @@ class MotoStack:
         for policy in policies:
             if policy is NO_VALUE:
                 continue
-            if isinstance(policy, str):  # a managed policy: only our own is known
+            if isinstance(policy, str):  # a managed policy: only our own are known
+                if policy == self.resolver.physical.get("SessionInvokePolicy"):
+                    invoke = self.template["Resources"]["SessionInvokePolicy"]["Properties"]["PolicyDocument"]
+                    statements += self.resolver.resolve(invoke)["Statement"]
+                    continue
                 assert policy == self.resolver.physical["RunDataPolicy"], policy
                 statements += data_policy["PolicyDocument"]["Statement"]
             elif "Statement" in policy:

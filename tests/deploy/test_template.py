@@ -34,6 +34,7 @@ def resolved(overrides: dict[str, str] | None = None) -> Resolver:
         r.physical[logical_id] = f"phys-{logical_id}"
         r.attributes[(logical_id, "Arn")] = f"arn:aws:test:::{logical_id}"
     r.attributes[("ChatFunctionUrl", "FunctionUrl")] = "https://chat.lambda-url.us-east-1.on.aws/"  # SAM makes it
+    r.attributes[("HarnessSessionRuntime", "AgentRuntimeArn")] = "arn:aws:test:::HarnessSessionRuntime"
     return r
 
 
