@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from .cfn import ROOT, Resolver, function_properties, load_template
+from .test_template import resolved as template_resolver
 
 TEMPLATE = load_template()
 RESOURCES = TEMPLATE["Resources"]
@@ -17,11 +18,8 @@ RUNTIME_ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/harness_
 
 
 def resolved(overrides: dict[str, str] | None = None) -> Resolver:
-    """A resolver with placeholder physical names and the runtime's ARN."""
-    r = Resolver(TEMPLATE, overrides)
-    for logical_id in RESOURCES:
-        r.physical[logical_id] = f"phys-{logical_id}"
-        r.attributes[(logical_id, "Arn")] = f"arn:aws:test:::{logical_id}"
+    """The template checks' resolver (placeholder names and attributes), with the runtime's ARN."""
+    r = template_resolver(overrides)
     r.attributes[("HarnessSessionRuntime", "AgentRuntimeArn")] = RUNTIME_ARN
     return r
 
