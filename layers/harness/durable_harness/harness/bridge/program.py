@@ -20,12 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ...ids import new_id
+from ..programs import BASE_ENV  # the one list of the variables a program inherits
 from .log import MAX_LINE_BYTES, LineLog
 
 logger = logging.getLogger(__name__)
-
-BASE_ENV = ("PATH", "HOME", "LANG", "TZ")
-"""The variables a program inherits; any other must be named explicitly."""
 
 TURN_STARTS = frozenset({"start", "continue"})
 READ_CHUNK = 64 * 1024
