@@ -119,6 +119,15 @@ deploy-checks: sam-setup web
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
 	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache
 
+# --- The check of a deployed stack: what a user tries first (README "Deploying") ----------------
+#   make check-deploy URL=https://<id>.lambda-url.<region>.on.aws TOKEN=<bearer token>
+# TOKEN goes through the environment (CHAT_TOKEN), not the command line; APPROVAL_PROMPT names a
+# turn that asks for a tool approval (my_agent: "Save a note: hello").
+.PHONY: check-deploy
+check-deploy: setup
+	@if [ -z "$(URL)" ]; then echo "usage: make check-deploy URL=<the stack's ChatUrl> [TOKEN=...] [APPROVAL_PROMPT=...]" >&2; exit 2; fi
+	CHAT_TOKEN="$(TOKEN)" $(PY) -m durable_harness check "$(URL)" $(if $(APPROVAL_PROMPT),--approval-prompt "$(APPROVAL_PROMPT)")
+
 # --- Benchmarks (not part of `make test`) ---------------------------------------------------------
 # Every bench/*.py, then one table of the targets, MET or MISSED (bench/README.md). cold_start.py
 # measures the `sam build` output with python3.12, hence deploy-checks first.

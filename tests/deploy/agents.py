@@ -178,3 +178,36 @@ def build_agent() -> Agent:
         call_options=Options, prepare_call=_prepare_call,
         on_abort=lambda steps: CONTROL.aborted.append([s.number for s in steps]),
     )  # fmt: skip
+
+
+REFUSED_MESSAGE = (
+    "Model access is denied due to IAM user or service role is not authorized to perform the required AWS "
+    "Marketplace actions (aws-marketplace:ViewSubscriptions, aws-marketplace:Subscribe) to enable access to this "
+    "model. Your AWS Marketplace subscription for this model cannot be completed at this time."
+)
+"""What Bedrock answers the first call of a third-party model from a role without the Marketplace actions."""
+
+
+class RefusingBedrock:
+    """A ``bedrock-runtime`` client whose every ``converse_stream`` is refused as Bedrock refuses it
+    (403 ``AccessDeniedException``, raised as botocore raises it). A stand-in: moto has no
+    bedrock-runtime (``converse_stream`` is not implemented) and no Bedrock runs here."""
+
+    def converse_stream(self, **arguments: Any) -> dict[str, Any]:
+        """Refuse the call."""
+        from botocore.exceptions import ClientError
+
+        response: Any = {
+            "Error": {"Code": "AccessDeniedException", "Message": REFUSED_MESSAGE},
+            "ResponseMetadata": {"HTTPStatusCode": 403, "HTTPHeaders": {}},
+        }
+        raise ClientError(response, "ConverseStream")
+
+
+def build_refused_agent() -> Agent:
+    """The demo's tools over an Anthropic model on Bedrock that refuses every call (see :class:`RefusingBedrock`)."""
+    from durable_harness.demo import DEMO_TOOLS
+    from durable_harness.models.bedrock import BedrockConverseModel
+
+    model = BedrockConverseModel("us.anthropic.claude-sonnet-4-5-20250929-v1:0", client=RefusingBedrock())
+    return Agent(model=model, instructions="Be brief.", tools=DEMO_TOOLS)

@@ -34,6 +34,10 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   only at its next heartbeat or its timeout; a task being entered) ends the execution ``FAILED``
   when that state then fails (AWS: ``ABORTED``, at once). :func:`repair_errors_after_stop` keeps
   it ``ABORTED``; a short heartbeat keeps the callback case quick.
+* a stop that comes right after the start, before the interpreter's thread has parsed the
+  definition, fails inside moto (``AttributeError`` on the worker's environment, a 500 for the
+  caller); on AWS it stops the execution. :func:`repair_stop_before_start` waits for the
+  environment first.
 * EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
   ``send_to_targets``): :mod:`.eventbridge` delivers to them as EventBridge does (retry policy,
   dead-letter queue). ``TestEventPattern`` is not implemented: tests match the sample event
@@ -80,6 +84,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
+from moto.stepfunctions.parser.backend import execution_worker
 
 from .cfn import NO_VALUE, ROOT, Resolver, function_properties, load_template
 from .eventbridge import LambdaTargets
@@ -195,6 +200,20 @@ def repair_errors_after_stop() -> Any:
     return mock.patch.object(Environment, "set_error", set_error)
 
 
+def repair_stop_before_start() -> Any:
+    """Patch moto so that stopping an execution whose worker has not made its environment yet
+    (it parses the definition first, on its own thread) waits for it, then stops it."""
+    original = execution_worker.ExecutionWorker.stop
+
+    def stop(self: Any, stop_date: Any, error: Any, cause: Any) -> None:
+        deadline = time.monotonic() + 30
+        while self.env is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # the worker's thread sets it within milliseconds
+        original(self, stop_date, error, cause)
+
+    return mock.patch.object(execution_worker.ExecutionWorker, "stop", stop)
+
+
 def attribute_sdk_tasks() -> Any:
     """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) and its optimized DynamoDB
     integration (``arn:aws:states:::dynamodb:...``) so that the calls they make are recorded as the
@@ -297,6 +316,7 @@ class MotoStack:
             repair_lambda_unknown(),
             attribute_sdk_tasks(),
             repair_errors_after_stop(),
+            repair_stop_before_start(),
             self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")
