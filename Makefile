@@ -64,7 +64,7 @@ test-browser: setup web chromium tests/browser/node_modules/.installed
 	cd tests/browser && PYTHON=$(CURDIR)/$(PY) npm test
 
 lint: setup
-	$(VENV)/bin/ruff check layers functions tests bench examples
+	$(VENV)/bin/ruff check layers functions tests bench examples scripts
 
 typecheck: setup
 	$(VENV)/bin/mypy
@@ -118,6 +118,13 @@ deploy-checks: sam-setup web
 	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint --format parseable .aws-sam/template.nondefault.cfn.json
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
 	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache
+
+# --- Deploying (README "Deploying"): python3.12 found, `sam build`, then `sam deploy --guided` the
+# first time (no Region recorded in samconfig.toml yet) or `sam deploy`, with .venv-sam's SAM CLI.
+#   make deploy [GUIDED=1] [DRY_RUN=1]     DRY_RUN prints the commands instead of running them
+.PHONY: deploy
+deploy: sam-setup web
+	PYTHON312="$(PYTHON312)" $(SAM_VENV)/bin/python scripts/deploy.py $(if $(DRY_RUN),--dry-run) $(if $(GUIDED),--guided)
 
 # --- The check of a deployed stack: what a user tries first (README "Deploying") ----------------
 #   make check-deploy URL=https://<id>.lambda-url.<region>.on.aws TOKEN=<bearer token>

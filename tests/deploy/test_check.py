@@ -80,7 +80,7 @@ def test_check_passes_against_the_moto_stack() -> None:
 
 
 def test_check_fails_at_the_turn_with_the_refusal_advice_against_a_refused_model() -> None:
-    with served_stack("--agent", "tests.deploy.agents:build_refused_agent") as (url, lines):
+    with served_stack("--agent", "tests.deploy.agents:build_refused_agent") as (url, _):
         result = check(url)
     assert result.returncode == 1, result.stdout + result.stderr
     assert steps(result.stdout) == {"health": "ok", "turn": "FAIL"}, result.stdout

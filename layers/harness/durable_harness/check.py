@@ -191,7 +191,8 @@ class DeployCheck:
         status = self.client.run_status(turn.run_id).get("status")
         if answer.get("status") != "cancelled" or status != "cancelled":
             raise CheckFailed("cancel", f"the cancel answered {answer}; the run API says {status!r}")
-        return f"run {turn.run_id} cancelled after its first chunk; {len(chunks)} chunks, finish {_finish_reason(chunks)}"
+        reason = _finish_reason(chunks)
+        return f"run {turn.run_id} cancelled after its first chunk; {len(chunks)} chunks, finish {reason}"
 
     # --- helpers -------------------------------------------------------------------------------------
 
