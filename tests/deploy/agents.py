@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -211,3 +212,35 @@ def build_refused_agent() -> Agent:
 
     model = BedrockConverseModel("us.anthropic.claude-sonnet-4-5-20250929-v1:0", client=RefusingBedrock())
     return Agent(model=model, instructions="Be brief.", tools=DEMO_TOOLS)
+
+
+FAULT_EXECUTIONS: Counter[tuple[str, str]] = Counter()
+"""``(the run's first user text, tool input name)`` -> executions, for the fault suite's agent."""
+FAULT_RESULTS: dict[tuple[str, str], list[str]] = {}
+"""The same key -> the execution marks its executions returned, in order."""
+FAULT_REPEATS: list[tuple[str, str]] = []
+"""Executions of a tool whose earlier result the run's stored checkpoint already held."""
+FAULT_STORED: Any = None
+"""Set by the fault suite: the run's first user text -> its stored checkpoint's text ("" if none)."""
+
+
+@tool(name="lookup")
+def counted_lookup(input: Item, context: Any) -> dict[str, str]:
+    """Look an item up; each execution counted per run and returning a mark of its own, so that
+    an execution whose earlier result the checkpoint already recorded is caught."""
+    first = next(m for m in context.messages if getattr(m, "role", "") == "user")
+    key = ("".join(getattr(part, "text", "") for part in first.content), input.name)
+    marks = FAULT_RESULTS.setdefault(key, [])
+    if marks and FAULT_STORED is not None:
+        stored = FAULT_STORED(key[0])
+        if any(mark in stored for mark in marks):
+            FAULT_REPEATS.append(key)
+    mark = f"execution-{uuid.uuid4().hex}"
+    marks.append(mark)
+    FAULT_EXECUTIONS[key] += 1
+    return {"item": input.name, "status": "in stock", "execution": mark}
+
+
+def build_fault_agent() -> Agent:
+    """The scripted agent (two tool steps and an answer), its tool executions counted per run."""
+    return Agent(model=FunctionModel(_script, model_id="deploy-test"), instructions="Be brief.", tools=[counted_lookup])
