@@ -15,10 +15,10 @@ Defaults: the library's default agent (``my_agent``, ``ModelId=demo``: "What is 
 Paris?" takes a tool step and a text step) and ``SliceSeconds=0`` (one step per slice, so every
 run goes through several slices of the state machine).
 
-Prints ``serve_stack: ready on http://127.0.0.1:P`` once listening (``--port 0``: the port it bound). On SIGTERM (or SIGINT) it
-stops serving, stops running executions, holds every AWS call the functions and the state
-machine made against the template's IAM policies, prints ``serve_stack: iam ok`` (or the calls
-denied, exit status 3) and exits.
+Prints ``serve_stack: ready on http://127.0.0.1:P`` once listening (``--port 0``: the port it
+bound). On SIGTERM (or SIGINT) it stops serving, stops running executions, holds every AWS call
+the functions and the state machine made against the template's IAM policies, prints
+``serve_stack: iam ok`` (or the calls denied, exit status 3) and exits.
 """
 
 from __future__ import annotations
