@@ -226,7 +226,7 @@ def repair_dynamodb_threads() -> Any:
     from moto.dynamodb.responses import DynamoHandler
 
     original = DynamoHandler.call_action
-    lock = threading.Lock()
+    lock = threading.RLock()  # re-entrant: a request moto serves by calling DynamoDB again
 
     def call_action(self: Any) -> Any:
         with lock:
