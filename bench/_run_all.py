@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import machine, table
-from _targets import BY_ID, RESULTS_ENV, TARGETS
+from _targets import BY_ID, PEERS_FILE, RESULTS_ENV, TARGETS
 
 BENCH = Path(__file__).resolve().parent
 
@@ -39,31 +39,42 @@ def read_rows(results: Path) -> list[dict[str, Any]]:
     """Every row the scripts reported, in the order they were written (script by script)."""
     rows: list[dict[str, Any]] = []
     for path in sorted(results.glob("*.jsonl")):
+        if path.name == PEERS_FILE:
+            continue
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 rows.append(json.loads(line))
     return rows
 
 
-def summary(rows: list[dict[str, Any]], failed: dict[str, int]) -> tuple[str, int, int]:
-    """The final table, and the counts of MET and MISSED rows."""
+def read_peers(results: Path) -> dict[str, str]:
+    """The best peer's figure by target id, as ``bench/peers.py`` recorded it in this run."""
+    path = results / PEERS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return {row["peer_of"]: row["best"] for row in map(json.loads, filter(str.strip, lines))}
+
+
+def summary(rows: list[dict[str, Any]], failed: dict[str, int], peers: dict[str, str]) -> tuple[str, int, int]:
+    """The final table, and the counts of MET and MISSED rows. ``peers``: the best peer's figure by
+    target id (``bench/peers.py``, when it ran in the same ``make bench``); "—" where none."""
     out, met, missed = [], 0, 0
     for target in TARGETS:
         mine = [r for r in rows if r["id"] == target.id]
+        peer = peers.get(target.id, "—")
         if not mine:
-            out.append([target.metric, target.target, "not measured", "MISSED", "-"])
+            out.append([target.metric, target.target, "not measured", "MISSED", peer, "-"])
             missed += 1
             continue
         for r in mine:
             ok = bool(r["met"])
             met, missed = met + ok, missed + (not ok)
-            out.append([target.metric, target.target, r["measured"], "MET" if ok else "MISSED", r["script"]])
+            out.append([target.metric, target.target, r["measured"], "MET" if ok else "MISSED", peer, r["script"]])
     unknown = [r for r in rows if r["id"] not in BY_ID]
     for r in unknown:  # report() refuses unknown ids; a script writing its own rows may not
-        out.append([f"unknown target id {r['id']!r}", "-", r.get("measured", ""), "ERROR", r.get("script", "?")])
+        out.append([f"unknown target id {r['id']!r}", "-", r.get("measured", ""), "ERROR", "—", r.get("script", "?")])
     for name, code in failed.items():
-        out.append([f"{name} failed (exit {code})", "-", "its remaining rows are missing", "ERROR", name])
-    return table(["metric", "target", "measured", "status", "script"], out), met, missed
+        out.append([f"{name} failed (exit {code})", "-", "its remaining rows are missing", "ERROR", "—", name])
+    return table(["metric", "target", "measured", "status", "best peer", "script"], out), met, missed
 
 
 def main() -> None:
@@ -89,12 +100,12 @@ def main() -> None:
             timings.append([script.name, time.perf_counter() - t0, "ok" if code == 0 else f"exit {code}"])
             if code != 0:
                 failed[script.name] = code
-        rows = read_rows(Path(results))
+        rows, peers = read_rows(Path(results)), read_peers(Path(results))
 
-    text, met, missed = summary(rows, failed)
+    text, met, missed = summary(rows, failed, peers)
     print(f"\n{'=' * 100}\nmake bench: {machine()}\n")
     print(table(["script", "seconds", "result"], timings))
-    print(f"\nissue 10 targets: {met} MET, {missed} MISSED\n")
+    print(f"\ntargets (issues 10 and 20): {met} MET, {missed} MISSED\n")
     print(text)
     sys.exit(1 if failed else 0)
 

@@ -50,6 +50,22 @@ LAYER_BYTES = 30_000_000  # "30 MB": decimal megabytes, the stricter reading (30
 LOCAL_ADDED_TTFC_MS = 10.0
 LOCAL_ADDED_CHUNK_P50_MS = 10.0
 
+# --- thresholds (issue 20: the step boundary, long runs, many runs, an HTTP model's first chunk) -------
+
+STEP_OVERHEAD_LOCAL_MS = 2.0  # durable - in-memory, per step, local kit
+STEP_ROUND_TRIPS = 1.0  # storage round trips per step with the DynamoDB adapters
+STEP_CPU_RATIO = 1.2  # the kit's CPU for step 1,000 / step 100 (model-request encoding apart)
+STEP_CPU_LATE, STEP_CPU_EARLY = 1000, 100
+STEP_WRU = 2.0  # DynamoDB write units per step of <= 1 KB
+BURST_RESUME_RRU = 2.0  # read units of a tail resume (with the requests of RESUME_REQUESTS)
+HTTP_TTFC_LOCAL_MS = 3.0  # added time to first chunk with an HTTP model, p50
+HTTP_TTFC_DEPLOYED_MS = 25.0
+HTTP_TTFC_ROUND_TRIPS = 2  # storage round trips before the model request starts, deployed
+CONCURRENT_RUNS = 100
+CONCURRENT_RATE = 100.0  # deltas/s of each run
+CONCURRENT_P99_MS = 50.0
+RELAY_CHUNKS_PER_S = 40_000.0
+
 
 @dataclass(frozen=True)
 class Target:
@@ -84,6 +100,28 @@ TARGETS: tuple[Target, ...] = (
     Target("local.ttfc", "local path: added time to first chunk p50", f"≤ {LOCAL_ADDED_TTFC_MS:.0f} ms"),
     Target("local.chunk_latency.p50", "local path: added per-chunk latency p50",
            f"≤ {LOCAL_ADDED_CHUNK_P50_MS:.0f} ms"),
+    Target("waits.idle_cost", "a run waiting for an event, deployed: Lambda time, requests, transitions",
+           "0 while it waits (issue 21)"),
+    Target("step.overhead.local", "durable overhead per step, local kit, HTTP model",
+           f"≤ {STEP_OVERHEAD_LOCAL_MS:.0f} ms"),
+    Target("step.overhead.local_inprocess", "durable overhead per step, local kit, in-process model",
+           f"≤ {STEP_OVERHEAD_LOCAL_MS:.0f} ms"),
+    Target("step.overhead.dynamodb", "durable overhead per step, DynamoDB adapters (moto), HTTP model",
+           f"≤ {STEP_ROUND_TRIPS:.0f} storage round trip per step"),
+    Target("step.cpu_flat", f"the kit's CPU per step, step {STEP_CPU_LATE:,} / step {STEP_CPU_EARLY}, "
+           "model-request encoding apart", f"≤ {STEP_CPU_RATIO}x"),
+    Target("step.wru", "DynamoDB write units per step (≤ 1 KB step)", f"≤ {STEP_WRU:.0f}"),
+    Target("deployed.burst_resume", "tail resume, log written in bursts: requests and RRU",
+           f"≤ {RESUME_REQUESTS} requests, ≤ {BURST_RESUME_RRU:.0f} RRU"),
+    Target("deployed.burst_resume_ratio", "tail resume, log written in bursts: 100k/1k time ratio",
+           f"≤ {RESUME_RATIO}"),
+    Target("http.ttfc.local", "added time to first chunk p50, HTTP model, local kit",
+           f"≤ {HTTP_TTFC_LOCAL_MS:.0f} ms"),
+    Target("http.ttfc.deployed", "added time to first chunk p50, HTTP model, deployed wiring (moto)",
+           f"≤ {HTTP_TTFC_DEPLOYED_MS:.0f} ms, ≤ {HTTP_TTFC_ROUND_TRIPS} storage round trips before the model"),
+    Target("concurrent.chunk_p99", f"{CONCURRENT_RUNS} concurrent runs at {CONCURRENT_RATE:.0f} deltas/s, one "
+           "local server: added per-chunk p99", f"≤ {CONCURRENT_P99_MS:.0f} ms"),
+    Target("concurrent.relay", "relay throughput, local server, end to end", f"≥ {RELAY_CHUNKS_PER_S:,.0f} chunks/s"),
 )  # fmt: skip
 BY_ID = {t.id: t for t in TARGETS}
 RESULTS_ENV = "BENCH_RESULTS"
@@ -103,3 +141,18 @@ def report(target_id: str, measured: str, met: bool) -> None:
            "metric": target.metric, "target": target.target}  # fmt: skip
     with open(Path(out) / f"{Path(script).stem}.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+PEERS_FILE = "peers.best.jsonl"
+
+
+def report_peer(target_id: str, best: str) -> None:
+    """Record the best peer's figure for target ``target_id`` (``bench/peers.py``): ``make bench``'s
+    table prints it in its "best peer" column, next to the kit's rows of that target."""
+    if target_id not in BY_ID:
+        raise KeyError(f"unknown target id {target_id!r}: add it to TARGETS in bench/_targets.py")
+    print(f"  best peer, {BY_ID[target_id].metric}: {best}")
+    out = os.environ.get(RESULTS_ENV)
+    if out:
+        with open(Path(out) / PEERS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"peer_of": target_id, "best": best}, ensure_ascii=False) + "\n")

@@ -32,8 +32,10 @@ functions' code from ``.aws-sam/build/<Function>`` and the layer from
   every POST creates a run: none is a retry of an earlier process's run. So a cut in the import
   that only moved work into the first request would show.
 * Also printed: slice and chat with the layer's ``.pyc`` removed (as the layer shipped before
-  build_layer.py compiled it), ``-X importtime`` self time by package, and that no function opens
-  a network connection at import.
+  build_layer.py compiled it), ``-X importtime`` self time by package, and the network connections
+  each function attempts at import: none, but for the chat function's (and the slice's setup's)
+  read of the approval secret (``ApprovalSecret.check``: a secret under 32 bytes stops the start),
+  which here fails on the closed port, is retried, logged and left to the first approval.
 
 Layer size: the unzipped bytes of the built layer (the sum of its files' sizes, as Lambda counts
 them), by distribution, and zipped.

@@ -27,7 +27,7 @@ import pathlib
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -100,9 +100,10 @@ def build_file_log(root: pathlib.Path, run_id: str, n: int, segment: int) -> Non
     assert log.append(run_id, count, chunks, 1) == n
 
 
-def build_deployed_log(aws: MotoAws, run_id: str, n: int, segment: int) -> None:
+def build_deployed_log(aws: MotoAws, run_id: str, n: int, segment: int, bursts: Sequence[int] = ()) -> None:
     """``n`` chunks in ``segment``-chunk items in DynamoChunkLog's layout (straight into moto's
-    backend, no HTTP), the last append through the adapter."""
+    backend, no HTTP), the last append through the adapter; with ``bursts``, the log ends with
+    appends of those sizes through the adapter instead (a log written in bursts)."""
     ddb, s3 = aws.clients(meter=None)
     log = aws.log(ddb, s3)
     # The run record of a finished run with a 50-step history (what the edge loads first); creating
@@ -115,14 +116,31 @@ def build_deployed_log(aws: MotoAws, run_id: str, n: int, segment: int) -> None:
     aws.store(ddb, s3).create(
         Checkpoint(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished", principal="bench")
     )
-    count = (n - 1) // segment * segment
+    count = n - sum(bursts) if bursts else (n - 1) // segment * segment
     aws.put_log_direct(run_id, [text_delta(i) for i in range(count)], segment, gen=log_generation(ddb, TABLE, run_id))
-    chunks = [text_delta(count + j) for j in range(n - count)]
-    chunks[-1] = FINISH
-    assert log.append(run_id, count, chunks, 1) == n
+    for size in bursts or [n - count]:
+        chunks = [text_delta(count + j) for j in range(size)]
+        if count + size == n:
+            chunks[-1] = FINISH
+        assert log.append(run_id, count, chunks, 1) == count + size
+        count += size
 
 
 # --- measuring ---------------------------------------------------------------------------------------
+
+
+def edge_resume(agent: Any, store: Any, log: Any, run: str) -> list[str]:
+    """What ``GET /api/chat/{run}/stream?startIndex=-5`` reads: the run's summary and the log's
+    tail (``ChatService.stream_start``), then the first ``follow`` batch."""
+    service = ChatService(Runner(agent, store, log), orchestrator=None)  # type: ignore[arg-type]
+
+    async def go() -> list[str]:
+        start, _, first = await service.stream_start(run, -5, "bench")
+        async for batch in service.follow(run, start, first):
+            return batch or []
+        return []
+
+    return asyncio.run(go())
 
 
 def measure(reps: int, make: Callable[[], Any], op: Callable[[Any], Any], reset: Callable[[], None],
@@ -203,15 +221,7 @@ def main() -> None:
             edge_store = aws.store(ddb, s3)
 
             def edge(log: Any, run: str, edge_store: Any = edge_store) -> list[str]:
-                service = ChatService(Runner(agent_stub, edge_store, log), orchestrator=None)  # type: ignore[arg-type]
-
-                async def go() -> list[str]:
-                    start, _, first = await service.stream_start(run, -5, "bench")
-                    async for batch in service.follow(run, start, first):
-                        return batch or []
-                    return []
-
-                return asyncio.run(go())
+                return edge_resume(agent_stub, edge_store, log, run)
 
             aws_cases: list[tuple[str, Callable[[Any, str], Any]]] = [
                 ("read(count-5)", lambda log, run: log.read(run, log_count[run] - 5)),

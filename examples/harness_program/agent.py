@@ -1,6 +1,7 @@
 """An agent file whose agent is a program: ``notes_harness.py``, driven over JSON lines.
 
-Serve it with ``AGENT=examples.harness_program.agent:agent make dev`` (from the repository root).
+Serve it with ``AGENT=examples.harness_program.agent:agent make dev`` (from the repository root), or
+in a persistent session with ``AGENT=examples.harness_program.agent:session_agent``.
 The program runs its own tools (``draft_note``, ``save_note``, ``work``); ``get_weather`` is a
 *host* tool: defined here, run by the server when the program calls it.
 """
@@ -36,8 +37,24 @@ def get_weather(input: City) -> dict[str, object]:
 agent = ProcessHarness(
     command=[sys.executable, str(HERE / "notes_harness.py")],
     cwd=HERE,
-    env={"PYTHONUNBUFFERED": "1"},
+    # The program's environment is PATH, HOME, LANG, TZ and these (None: the server's value, if set).
+    env={"PYTHONUNBUFFERED": "1", "NOTES_DIR": None, "STEP_SECONDS": None, "STEP_LOG": None},
     tools=[get_weather],
     builtin_tools=["draft_note", "save_note", "work"],
     stop_grace_seconds=float(os.environ.get("HARNESS_STOP_GRACE_SECONDS", "10")),
 )
+
+
+def session_agent(**options: object) -> ProcessHarness:
+    """The same program in a persistent session (protocol 2): one process per chat, living
+    across slices and turns (``AGENT=examples.harness_program.agent:session_agent``)."""
+    return ProcessHarness(
+        command=[sys.executable, str(HERE / "notes_harness.py"), "--persistent"],
+        cwd=HERE,
+        env={"PYTHONUNBUFFERED": "1", "NOTES_DIR": None, "STEP_SECONDS": None, "STEP_LOG": None},
+        tools=[get_weather],
+        builtin_tools=["draft_note", "save_note", "work"],
+        session="persistent",
+        **options,  # type: ignore[arg-type]
+    )
+

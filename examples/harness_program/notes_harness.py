@@ -15,8 +15,9 @@ another process. What it does, from the last user message:
   and run by the server; its result comes back on stdin.
 
 Each step ends with ``finish-step`` and a checkpoint: a slice may end there. On ``stop`` the
-program exits (its last checkpoint stands). Everything is deterministic, so a step redone after a
-crash (``replayStep``) shows exactly what it showed before.
+program finishes the step it is in and exits at its end (the runner records that step too, so no
+step is done twice). ``STEP_LOG`` names a file where it notes each step it executes (with its pid).
+Everything is deterministic, so a step redone after a crash (``replayStep``) shows exactly what it showed before.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import queue
 import re
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,20 +43,42 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _read_stdin() -> None:
-    """After the first line: tool results go to the inbox; ``stop`` sets the stop flag."""
+_turns: queue.Queue[dict[str, Any] | None] = queue.Queue()
+_cancel = threading.Event()
+_served = [0]  # persistent mode: the turns this process has served (in memory only)
+
+
+def _read_stdin(persistent: bool = False) -> None:
+    """After the first line: tool results go to the inbox; ``stop`` sets the stop flag. In a
+    persistent session, ``start``/``continue`` lines are the next turns, ``cancel`` ends the turn
+    and ``destroy`` the process."""
     for line in sys.stdin:
         message = json.loads(line)
-        if message["type"] == "stop":
+        kind = message["type"]
+        if kind == "stop":
             _stop.set()
+        elif persistent and kind in ("start", "continue"):
+            _turns.put(message)
+        elif persistent and kind == "cancel":
+            _cancel.set()
+        elif persistent and kind == "destroy":
+            break
         else:
             _inbox.put(message)
     _stop.set()  # stdin closed: nobody is listening any more
+    _turns.put(None)
 
 
 def stop_requested() -> bool:
     """True once the runner asked us to stop (the slice ends)."""
     return _stop.is_set()
+
+
+def log_step(what: str) -> None:
+    """Note a step we execute in ``STEP_LOG`` (when set): one line each, with our pid."""
+    if path := os.environ.get("STEP_LOG"):
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"{os.getpid()} {what}\n")
 
 
 def text(step: int, words: str) -> None:
@@ -116,6 +138,8 @@ def plan(messages: list[dict[str, Any]]) -> dict[str, Any]:
 def run_step(state: dict[str, Any], approvals: list[dict[str, Any]]) -> str | None:
     """Run the state's current step; returns the turn's finish reason when the turn ends."""
     step, task = state["step"], state["task"]
+    if task == "note":
+        log_step(f"note {step}")
     if task == "note" and step == 0:
         text(0, "Let me draft that note first.")
         draft = {"title": " ".join(state["note"].split()[:3]) or "note", "text": state["note"]}
@@ -145,8 +169,10 @@ def run_step(state: dict[str, Any], approvals: list[dict[str, Any]]) -> str | No
         return "stop"
     if task == "long" and step < state["parts"]:
         part = step + 1
+        log_step(f"work {part}")
         own_tool(f"call_work_{part}", "work", {"part": part, "of": state["parts"]})
-        time.sleep(float(os.environ.get("STEP_SECONDS", "0.3")))
+        if _cancel.wait(float(os.environ.get("STEP_SECONDS", "0.3"))):
+            return "other"  # cancelled mid-step (persistent mode): the turn ends here
         emit({"type": "tool-result", "toolCallId": f"call_work_{part}", "toolName": "work",
               "result": {"part": part, "done": part == state["parts"]}})  # fmt: skip
         end_step({**state, "step": part})
@@ -174,27 +200,54 @@ def run_step(state: dict[str, Any], approvals: list[dict[str, Any]]) -> str | No
             text(2, f"It is {report['conditions']} in {report['city']}, {report['tempC']} °C.")
         end_step(None, "stop")
         return "stop"
-    text(0, "Hello! Ask me to save a note, to run a long task in 3 parts, or about the weather in a city.")
+    log_step("hello")
+    again = f" This is turn {_served[0]} of this session." if _served[0] > 1 else ""
+    text(0, "Hello! Ask me to save a note, to run a long task in 3 parts, or about the weather in a city." + again)
     end_step(None, "stop")
     return "stop"
 
 
-def main() -> None:
-    """Read the first line, then run steps until the turn ends or the runner says stop."""
-    first = json.loads(sys.stdin.readline())
+def first_state(first: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The state and approval answers a turn's first line starts from."""
     if first["type"] == "start":
-        state, approvals = plan(first["messages"]), []
-    else:  # continue: from our last checkpoint (replayStep: a crash cut the step; we redo it whole)
-        state, approvals = first["state"], first["approvals"]
-    threading.Thread(target=_read_stdin, daemon=True).start()
+        return plan(first["messages"]), []
+    # continue: from our last checkpoint (replayStep: a crash cut the step; we redo it whole)
+    return first["state"], first["approvals"]
+
+
+def run_turn(state: dict[str, Any], approvals: list[dict[str, Any]], persistent: bool) -> None:
+    """Run steps until the turn ends (or, in slice mode, the runner says stop)."""
     while True:
         reason = run_step(state, approvals)
         if reason is not None:
+            if persistent:  # protocol 2: the turn's last checkpoint comes before `finish`
+                paused = reason == "tool-calls"  # the next turn continues from the approval's step
+                checkpoint(_saved["state"] if paused else {"task": state["task"], "step": "done"})
             finish(reason)
             return
-        if stop_requested():
+        if not persistent and stop_requested():
             return  # the slice ends; our last checkpoint is where the next one starts
         state = _saved["state"]  # the next step starts from exactly what the checkpoint holds
+
+
+def serve_session() -> None:
+    """Persistent mode (protocol 2): one process serves every turn of the session."""
+    threading.Thread(target=_read_stdin, args=(True,), daemon=True).start()
+    while (first := _turns.get()) is not None:
+        _served[0] += 1
+        _cancel.clear()
+        run_turn(*first_state(first), persistent=True)
+
+
+def main() -> None:
+    """Slice mode: read the first line, then run steps until the turn ends or the runner says
+    stop. ``--persistent``: serve the session's turns as they come."""
+    if "--persistent" in sys.argv[1:]:
+        serve_session()
+        return
+    state, approvals = first_state(json.loads(sys.stdin.readline()))
+    threading.Thread(target=_read_stdin, daemon=True).start()
+    run_turn(state, approvals, persistent=False)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,12 @@ def load() -> Any:
     """The chat app and its server, loaded with the garbage collector off, then frozen."""
     gc.disable()
     try:
-        from app import app
+        from durable_harness.errors import ApprovalSecretError, SecretError
+
+        try:
+            from app import app
+        except (ApprovalSecretError, SecretError) as exc:  # configuration to fix: one line, no traceback
+            raise SystemExit(f"chat function: {exc}") from None
         from durable_harness.server import httpd  # noqa: F401  (loaded, and frozen, with the rest)
     finally:
         gc.freeze()

@@ -9,7 +9,7 @@ import pytest
 from durable_harness import Agent, ApprovalSecret
 from durable_harness.approvals import sign_tool_approval, verify_tool_approval
 from durable_harness.demo import DEMO_TOOLS, SAVED_NOTES
-from durable_harness.errors import InvalidRequestError
+from durable_harness.errors import ApprovalSecretError, InvalidRequestError
 from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
 from durable_harness.protocol.ui_messages import convert_to_model_messages, parse_ui_messages
 from durable_harness.runner import Runner
@@ -17,7 +17,10 @@ from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 
 from tests.support import log_chunks, message_of, user_message
 
-SECRET = "topsecret"
+SECRET = "topsecret-0123456789abcdefghijklmn"
+REFERENCE_SECRET = "topsecret"
+"""The secret of the reference's signature vectors (the signing function checks no length)."""
+NEW_SECRET = "new-secret-0123456789abcdefghijklm"
 NOTE = {"title": "shopping", "text": "milk"}
 
 
@@ -37,9 +40,9 @@ NOTE = {"title": "shopping", "text": "milk"}
 def test_signature_vectors_of_the_reference(
     approval_id: str, call_id: str, name: str, tool_input: Any, signature: str
 ) -> None:
-    assert sign_tool_approval(SECRET, approval_id, call_id, name, tool_input) == signature
-    assert verify_tool_approval(SECRET, signature, approval_id, call_id, name, tool_input)
-    assert not verify_tool_approval(SECRET, signature, approval_id, call_id, name, {**tool_input, "x": 1})
+    assert sign_tool_approval(REFERENCE_SECRET, approval_id, call_id, name, tool_input) == signature
+    assert verify_tool_approval(REFERENCE_SECRET, signature, approval_id, call_id, name, tool_input)
+    assert not verify_tool_approval(REFERENCE_SECRET, signature, approval_id, call_id, name, {**tool_input, "x": 1})
     assert not verify_tool_approval("other", signature, approval_id, call_id, name, tool_input)
 
 
@@ -189,12 +192,28 @@ async def test_a_pending_approval_survives_slices_and_its_continuation_too() -> 
     assert state.slices >= 2  # the approved call's step, then the answer
 
 
+def test_a_secret_under_32_bytes_is_refused_saying_where_it_came_from_never_its_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for value in ("x" * 32, "é" * 16, "k" * 40 + "\n" + "l" * 32):  # bytes, not characters, count
+        ApprovalSecret.from_value(value).check()
+    short = "s3cret-" + "é" * 12  # 19 characters, 31 bytes
+    with pytest.raises(ApprovalSecretError) as raised:
+        ApprovalSecret.from_value(short).check()
+    assert "is 31 bytes; it must be at least 32" in str(raised.value) and short not in str(raised.value)
+    with pytest.raises(ApprovalSecretError):  # nothing is signed (or verified) with it either
+        ApprovalSecret.from_value(short).sign("approval-c1", "c1", "save_note", NOTE)
+    monkeypatch.setenv("TOOL_APPROVAL_SECRET", SECRET + "\nold-key")
+    with pytest.raises(ApprovalSecretError, match=r"\(line 2 of TOOL_APPROVAL_SECRET\) is 7 bytes"):
+        ApprovalSecret().check()
+
+
 def test_rotation_signs_with_the_first_secret_and_verifies_with_any() -> None:
     old = ApprovalSecret.from_value(SECRET)
-    rotated = ApprovalSecret.from_value("new-secret\n" + SECRET)
+    rotated = ApprovalSecret.from_value(NEW_SECRET + "\n" + SECRET)
     issued_before = old.sign("approval-c1", "c1", "save_note", NOTE)
     assert rotated.verify(issued_before, "approval-c1", "c1", "save_note", NOTE)
     assert rotated.sign("approval-c1", "c1", "save_note", NOTE) == sign_tool_approval(
-        "new-secret", "approval-c1", "c1", "save_note", NOTE
+        NEW_SECRET, "approval-c1", "c1", "save_note", NOTE
     )
-    assert not ApprovalSecret.from_value("new-secret").verify(issued_before, "approval-c1", "c1", "save_note", NOTE)
+    assert not ApprovalSecret.from_value(NEW_SECRET).verify(issued_before, "approval-c1", "c1", "save_note", NOTE)

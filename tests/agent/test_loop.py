@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from durable_harness.agent.loop import DEFAULT_MAX_STEPS, ToolLoopAgent
 from durable_harness.agent.tools import Tool, tool
+from durable_harness.errors import ToolError
 from durable_harness.messages import TextPart, ToolMessage, UserMessage
 from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
 from durable_harness.runner import Runner
@@ -103,3 +105,54 @@ async def test_a_tool_without_a_model_takes_raw_json() -> None:
     model = ScriptedModel([tool_calls_step(("c1", "echo", {"x": [1, 2]})), text_step("ok")])
     chunks, _ = await run_turn(ToolLoopAgent(model=model, tools=[echo]))
     assert {"type": "tool-output-available", "toolCallId": "c1", "output": {"got": {"x": [1, 2]}}} in chunks
+
+
+SEARCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["query", "limit"],
+    "properties": {
+        "query": {"type": "string"},
+        "limit": {"type": "integer", "default": 10},
+        "filters": {
+            "type": "object",
+            "default": {},
+            "properties": {"lang": {"type": "string", "default": "en"}, "safe": {"type": "boolean", "default": True}},
+        },
+        "sort": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"field": {"type": "string"}, "desc": {"default": False}}},
+        },
+        "note": {"type": ["string", "null"], "default": "none"},
+    },
+}
+
+
+async def test_a_raw_schema_tool_gets_its_input_with_the_schema_defaults() -> None:
+    # Seed 000: ValidateSerializableToolInput applies schema defaults and the tool gets that value.
+    search = Tool(name="search", execute=lambda value: {"got": value}, input_schema=SEARCH_SCHEMA)
+    raw = {"query": "oslo", "filters": {"safe": False}, "sort": [{"field": "date"}], "note": None}
+    model = ScriptedModel([tool_calls_step(("c1", "search", raw)), text_step("ok")])
+    chunks, _ = await run_turn(ToolLoopAgent(model=model, tools=[search]))
+    got = {
+        "query": "oslo",
+        "limit": 10,  # a required property with a default is filled, not missing
+        "filters": {"safe": False, "lang": "en"},  # nested: the present value kept, the missing one filled
+        "sort": [{"field": "date", "desc": False}],  # each array item
+        "note": None,  # present (even as null): kept
+    }
+    assert {"type": "tool-output-available", "toolCallId": "c1", "output": {"got": got}} in chunks
+    # The model's call keeps its own input: the client sees what the model sent.
+    shown = next(c for c in chunks if c["type"] == "tool-input-available")
+    assert shown["input"] == {"query": "oslo", "filters": {"safe": False}, "sort": [{"field": "date"}], "note": None}
+
+
+def test_schema_defaults_fill_defaulted_objects_and_leave_required_fields_without_one_missing() -> None:
+    search = Tool(name="search", input_schema=SEARCH_SCHEMA)
+    first = search.validate({"query": "a"})
+    assert first == {"query": "a", "limit": 10, "filters": {"lang": "en", "safe": True}, "note": "none"}
+    first["filters"]["lang"] = "fr"  # a copy of the default: the next call gets the schema's own
+    assert search.validate({"query": "b"})["filters"] == {"lang": "en", "safe": True}
+    with pytest.raises(ToolError, match=r"input\.query: required"):
+        search.validate({"limit": 3})
+    with pytest.raises(ToolError, match=r"input\.limit: expected integer"):
+        search.validate({"query": "a", "limit": "ten"})

@@ -190,6 +190,25 @@ async def test_structured_output_that_does_not_parse_fails_the_run_clearly() -> 
     assert chunks[-2]["type"] == "error" and chunks[-1] == {"type": "finish", "finishReason": "error"}
 
 
+@pytest.mark.parametrize("ending", ["client tool", "stop condition", "token budget"])
+async def test_a_turn_with_output_that_ends_on_a_tool_step_has_no_output_and_does_not_fail(ending: str) -> None:
+    # Seed 003: the output is parsed from the last step's text when that step did not call tools.
+    ask = Tool(name="ask_user", input_schema={"type": "object", "properties": {"q": {"type": "string"}}})
+    call = ("c1", "ask_user", {"q": "which city?"}) if ending == "client tool" else ("c1", "add", {"a": 1, "b": 2})
+    model = ScriptedModel([tool_calls_step(call, text="Let me check."), text_step('{"city": "Oslo", "temp_c": 4}')])
+    ends: list[Any] = []
+    options: dict[str, Any] = {
+        "stop condition": {"stop_when": [has_tool_call("add")]},
+        "token budget": {"max_total_tokens": 1},
+    }.get(ending, {})
+    agent = Agent(model=model, tools=[ask, add], output=Answer, on_end=lambda steps, output: ends.append(output),
+                  **options)  # fmt: skip
+    chunks, state = await run(agent)
+    assert state.status == "finished", state.error
+    assert len(model.requests) == 1 and state.final_result.output is None and ends == [None]
+    assert chunks[-1]["type"] == "finish" and not any(c["type"] == "error" for c in chunks)
+
+
 async def test_hooks_and_callbacks() -> None:
     events: list[str] = []
     prepared: list[int] = []

@@ -30,7 +30,7 @@ from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 
 from tests.support import CrashingStore, SimulatedCrash, log_chunks, message_of, parse_sse_body, serve, user_message
 
-SECRET = "provider-approval-secret"
+SECRET = "provider-approval-secret-0123456789"
 TOOL, CALL, APPROVAL = "mcp.create_issue", "mcp_68a1", "mcpr_68a1f0"
 ISSUE = {"repo": "acme/app", "title": "Crash on save"}
 

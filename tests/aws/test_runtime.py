@@ -88,3 +88,30 @@ def test_a_heartbeat_interval_over_a_third_of_the_timeout_is_refused() -> None:
 def test_an_invalid_variable_is_named(name: str, value: str) -> None:
     with pytest.raises(AwsConfigError, match=name):
         build_runtime({**ENV, name: value}, session=boto3.Session(region_name=REGION))
+
+
+async def test_session_runtime_agentcore_installs_the_agentcore_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_harness.harness.bridge import transport
+    from durable_harness.harness.bridge.agentcore import AgentCoreConnection, runtime_session_id
+
+    monkeypatch.setattr(transport, "_factory", None)  # (restored after the test)
+    runtime_arn = f"arn:aws:bedrock-agentcore:{REGION}:123456789012:runtime/sessions-AbC123dEf4"
+    env = {**ENV, "SESSION_RUNTIME": "agentcore", "AGENTCORE_RUNTIME_ARN": runtime_arn,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}  # fmt: skip
+    build_runtime(env, session=boto3.Session(region_name=REGION))
+    connection = await transport.transport_factory("/unused")(transport.SessionSpec("chat_1", ["prog"]))
+    assert isinstance(connection, AgentCoreConnection)
+    assert (connection.runtime_arn, connection.runtime_session_id) == (runtime_arn, runtime_session_id("chat_1"))
+    # Without SESSION_RUNTIME (or with none) the local factory stays.
+    monkeypatch.setattr(transport, "_factory", None)
+    build_runtime({**ENV, "SESSION_RUNTIME": "none"}, session=boto3.Session(region_name=REGION))
+    assert transport._factory is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [({"SESSION_RUNTIME": "docker"}, "SESSION_RUNTIME"), ({"SESSION_RUNTIME": "agentcore"}, "AGENTCORE_RUNTIME_ARN")],
+)
+def test_a_bad_session_runtime_setting_is_named(setting: dict[str, str], named: str) -> None:
+    with pytest.raises(AwsConfigError, match=named):
+        build_runtime({**ENV, **setting}, session=boto3.Session(region_name=REGION))

@@ -71,3 +71,31 @@ def test_transient_failures_are_retryable_and_the_others_fatal(
     assert fault.attempts == 1 and raised.value.code == code  # type: ignore[attr-defined]
     assert isinstance(raised.value, RetryableError) is (error is SecretUnavailableError)
     assert read_secret(arn) == "value-never-shown"  # a failure is not cached
+
+
+def test_the_start_up_check_reads_the_approval_secret_now_and_refuses_a_short_one(
+    secrets: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from durable_harness.approvals import ApprovalSecret
+    from durable_harness.aws import runtime
+    from durable_harness.errors import ApprovalSecretError
+
+    monkeypatch.setattr(runtime, "client_for", lambda service: secrets)  # the fixture's client: no retries
+    arn = secrets.create_secret(Name="approval", SecretString="short-approval-key")["ARN"]
+    monkeypatch.setenv("TOOL_APPROVAL_SECRET_ARN", arn)
+    with pytest.raises(ApprovalSecretError) as raised:
+        ApprovalSecret().check()
+    assert str(raised.value).startswith(f"the approval secret ({arn}) is 18 bytes; it must be at least 32")
+    assert "short-approval-key" not in str(raised.value)
+    secrets.put_secret_value(SecretId=arn, SecretString="k" * 32)
+    ApprovalSecret().check()  # read again, not from a cache: the new value passes
+    binary = secrets.create_secret(Name="approval-binary", SecretBinary=b"b" * 31)["ARN"]
+    with pytest.raises(ApprovalSecretError, match="is 31 bytes"):
+        ApprovalSecret(secret_id=binary).check()
+    # A secret that is not there is a start-up error too; one that cannot be read right now is not.
+    with pytest.raises(SecretError, match="ResourceNotFoundException"):
+        ApprovalSecret(secret_id=f"arn:aws:secretsmanager:{REGION}:123456789012:secret:nowhere-AbCdEf").check()
+    Fault(secrets, "GetSecretValue", 400, b'{"__type":"ThrottlingException","message":"slow"}', JSON_11, times=1)
+    with caplog.at_level("WARNING", logger="durable_harness.approvals"):
+        ApprovalSecret().check()
+    assert "not checked at start-up" in caplog.text and "ThrottlingException" in caplog.text

@@ -49,8 +49,8 @@ def machine(sfn: Any) -> str:
 
 
 def executions(sfn: Any, machine: str, expected: dict[str, str] | None = None) -> dict[str, str]:
-    """Name -> status; waits (briefly) for ``expected``: moto applies StopExecution asynchronously."""
-    deadline = time.monotonic() + 5
+    """Name -> status; waits (up to 30 s) for ``expected``: moto applies StopExecution asynchronously."""
+    deadline = time.monotonic() + 30
     while True:
         found = {e["name"]: e["status"] for e in sfn.list_executions(stateMachineArn=machine)["executions"]}
         if expected is None or found == expected or time.monotonic() > deadline:

@@ -12,7 +12,7 @@ from durable_harness.server.local import LocalKit, build_local_kit
 
 from tests.support import serve
 
-SECRET = ApprovalSecret.from_value("client-tests-secret")
+SECRET = ApprovalSecret.from_value("client-tests-secret-0123456789abcdef")
 
 
 def make_kit(root: Path, *, delay: float = 0.001, **kwargs: object) -> LocalKit:

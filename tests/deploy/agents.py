@@ -24,6 +24,7 @@ state is shared with the test.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 import uuid
@@ -32,10 +33,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from durable_harness import Agent, CallOptions, tool
+from durable_harness import Agent, CallOptions, ToolContext, tool
 from durable_harness.errors import StorageError
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
+from durable_harness.storage.writer import ChunkWriter
 from pydantic import BaseModel
 
 from .stack import ACTOR, SandboxKilled
@@ -61,6 +63,8 @@ class Control:
     """``on_abort`` calls, with the numbers of the steps that had finished."""
     call_options: list[Any] = field(default_factory=list)
     """What ``prepare_call`` got as call options, run after run."""
+    hooks: list[str] | None = None
+    """When a list: ``await_build`` hands out a signed event URL (``ctx.event_url``) and puts it here."""
 
 
 CONTROL = Control()
@@ -70,6 +74,28 @@ def reset() -> None:
     """Back to a run without trouble."""
     global CONTROL
     CONTROL = Control()
+
+
+# The slice's chunk writer, so that a step can wait until what it streamed is in the log (a fault
+# injected "after those chunks are committed" is then exactly that, not a sleep that hopes so).
+# The writer is made in the slice's task before the model runs, so the model's context sees it.
+_WRITER: contextvars.ContextVar[ChunkWriter | None] = contextvars.ContextVar("deploy_test_writer", default=None)
+_writer_init = ChunkWriter.__init__
+
+
+def _remember_writer(self: ChunkWriter, *args: Any, **kwargs: Any) -> None:
+    _writer_init(self, *args, **kwargs)
+    _WRITER.set(self)
+
+
+ChunkWriter.__init__ = _remember_writer  # type: ignore[method-assign]
+
+
+async def _committed() -> None:
+    """Wait until every chunk the slice has written so far is durable in the log."""
+    writer = _WRITER.get()
+    assert writer is not None, "no chunk writer in this slice's context"
+    await asyncio.wait_for(writer.flush(), 30)
 
 
 class Item(BaseModel):
@@ -90,13 +116,13 @@ async def _second_step() -> AsyncIterator[ModelStreamPart]:
     if CONTROL.crash_in is not None and ACTOR.get() == CONTROL.crash_in:
         for part in parts[:3]:
             yield part
-        await asyncio.sleep(0.3)  # those chunks are committed
+        await _committed()
         raise RuntimeError("an unexpected error in the middle of a step")
     if CONTROL.hang is not None:
         if ACTOR.get() == CONTROL.hang:
             for part in parts[:3]:  # some of the step reaches the log
                 yield part
-            await asyncio.sleep(0.3)  # past the group-commit interval: those chunks are committed
+            await _committed()  # some of the step reached the log
             await _wait_for_gate()
             for part in parts[3:]:
                 yield part
@@ -113,7 +139,7 @@ async def _second_step() -> AsyncIterator[ModelStreamPart]:
             CONTROL.retryable_crashes -= 1
         for part in parts[:3]:  # some of the step reaches the log before the crash
             yield part
-        await asyncio.sleep(0.3)  # past the group-commit interval: those chunks are committed
+        await _committed()
         if killed:
             raise SandboxKilled("the sandbox ran out of time mid-step")
         raise StorageError("simulated throttling while streaming")
@@ -244,3 +270,46 @@ def counted_lookup(input: Item, context: Any) -> dict[str, str]:
 def build_fault_agent() -> Agent:
     """The scripted agent (two tool steps and an answer), its tool executions counted per run."""
     return Agent(model=FunctionModel(_script, model_id="deploy-test"), instructions="Be brief.", tools=[counted_lookup])
+
+
+class Build(BaseModel):
+    """Input of the waiting tools."""
+
+    repo: str
+
+
+@tool
+async def await_build(input: Build, ctx: ToolContext) -> dict[str, Any]:
+    """Start a build (a recorded step) and wait for its ``build-done`` event."""
+
+    hook = ctx.event_url("build-done", timeout_seconds=3600) if CONTROL.hooks is not None else None
+
+    def start() -> dict[str, str]:
+        CONTROL.executions[f"start:{input.repo}"] += 1
+        if CONTROL.hooks is not None and hook is not None:
+            CONTROL.hooks.append(hook)  # what the build system would be told
+        return {"id": "b-1"}
+
+    build = await ctx.step("start", start)
+    event = await ctx.wait_for_event("build-done", timeout_seconds=3600)
+    return {"build": build["id"], "status": event["status"]}
+
+
+@tool
+async def nap(input: Build, ctx: ToolContext) -> dict[str, Any]:
+    """A recorded step, then a durable sleep of one second."""
+    await ctx.step("before", lambda: CONTROL.executions.update([f"nap:{input.repo}"]))
+    await ctx.sleep(1)
+    return {"slept": input.repo}
+
+
+def _wait_script(request: ModelRequest, index: int) -> list[ModelStreamPart]:
+    if index > 0:
+        return text_step("The build is done.")
+    name = "nap" if "nap" in str(request.messages[-1]) else "await_build"
+    return tool_calls_step(("w1", name, {"repo": "acme"}))
+
+
+def build_wait_agent() -> Agent:
+    """An agent whose first step calls a tool that waits (an event, or a sleep when asked to nap)."""
+    return Agent(model=FunctionModel(_wait_script, model_id="deploy-test"), tools=[await_build, nap])

@@ -108,6 +108,8 @@ class Resolver:
             "AWS::AccountId": account,
             "AWS::Partition": partition,
             "AWS::StackName": stack_name,
+            "AWS::StackId": f"arn:{partition}:cloudformation:{region}:{account}:stack/{stack_name}/"
+            "0123abcd-4567-89ef-0123-456789abcdef",
             "AWS::URLSuffix": "amazonaws.com",
         }
         declared = template.get("Parameters", {})

@@ -42,6 +42,12 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   other threads' writes change it (``RuntimeError: dictionary changed size during iteration``, a
   500 for the caller), which many concurrent runs hit. :func:`repair_dynamodb_threads` serves one
   DynamoDB request at a time (each is atomic on AWS too).
+* a callback (``SendTaskSuccess``/``Failure``/``Heartbeat``) that comes between a
+  ``.waitForTaskToken`` task's call (which hands the token out: ``AwaitChatSlice`` writes it to
+  the run record) and the task starting to wait is lost: moto makes the heartbeat wait after the
+  call, and that wait ignores an outcome already given (a heartbeat then is ``InvalidToken``), so
+  the task waits out its heartbeat timeout. On AWS the token is valid as soon as it exists.
+  :func:`repair_early_callbacks` hands such a callback to the wait when it begins.
 * EventBridge rules with Lambda targets are not delivered (``NotImplementedError`` in
   ``send_to_targets``): :mod:`.eventbridge` delivers to them as EventBridge does (retry policy,
   dead-letter queue). ``TestEventPattern`` is not implemented: tests match the sample event
@@ -50,14 +56,19 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   requests count as insecure), so the chunk bucket's TLS-only policy is checked statically instead.
 * the Function URL, the schedule and the layer are not created (no moto support needed for
   the tests: the chat app is driven through a Function URL event, see ``chat.py``).
+* moto has no AgentCore data plane: with ``SessionRuntime=agentcore`` the runtime is not created,
+  only its ARN and its invoke policy are given out; a test puts :mod:`.agentcore_emulator` at
+  that ARN and records its requests with :meth:`MotoStack.record_agentcore` for :meth:`check_iam`.
 """
 
 from __future__ import annotations
 
 import contextvars
+import datetime
 import fnmatch
 import importlib.util
 import json
+import math
 import os
 import re
 import threading
@@ -71,6 +82,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 from unittest import mock
+from urllib.parse import unquote
 
 import boto3
 import botocore.client
@@ -79,6 +91,7 @@ from moto import mock_aws
 from moto.awslambda.exceptions import LambdaClientError
 from moto.awslambda.models import LambdaFunction
 from moto.secretsmanager.models import secretsmanager_backends
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_aws_sdk,
@@ -86,6 +99,8 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_lambda,
     state_task_service_sfn,
 )
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp import Timestamp
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 from moto.stepfunctions.parser.backend import execution_worker
@@ -103,6 +118,7 @@ ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("deploy_test_
 (a thread of moto's interpreter, i.e. the state machine, or a worker pool of a handler)."""
 
 _invoke_lock = threading.RLock()
+_dynamodb_atomic = threading.Lock()
 
 SERVER_ERRORS = frozenset({"InternalServerError", "ServiceUnavailable", "ServiceException", "InternalFailure"})
 """Error codes an injected fault answers with HTTP 500 (the others: 400, as throttles are modelled)."""
@@ -235,6 +251,41 @@ def repair_dynamodb_threads() -> Any:
     return mock.patch.object(DynamoHandler, "call_action", call_action)
 
 
+def repair_stop_during_callback() -> Any:
+    """Patch moto so that a stop ends a callback wait (``.waitForTaskToken``) at once, as on AWS.
+
+    moto's interpreter notices a stop only between states: a task that waits for its token (a
+    parked run's ``AwaitEvent``, whose timeout is the wait's deadline) would go on waiting until
+    its timeout. On AWS, StopExecution ends the waiting task immediately.
+    """
+    original = Environment.set_stop
+
+    def set_stop(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        for endpoint in list(self.callback_pool_manager._pool.values()):
+            endpoint.interrupt_all()
+
+    return mock.patch.object(Environment, "set_stop", set_stop)
+
+
+def repair_wait_until_timestamp() -> Any:
+    """Patch moto so that a ``Wait`` state with a timestamp ends at that time or after, as on AWS.
+
+    moto waits ``int(seconds to the timestamp)``: up to a second early. A parked run's ``Sleep``
+    would then wake before its sleep ended and park again (a second slice to wake it).
+    """
+
+    def wait_seconds(self: Any, env: Any) -> int:
+        self.string.eval(env=env)
+        text = env.stack.pop()
+        timestamp = self._from_timestamp_string(timestamp=text)
+        if timestamp is None:
+            raise FailureEventException(self._create_failure_event(env, text))
+        return max(0, math.ceil((timestamp - datetime.datetime.now()).total_seconds()))
+
+    return mock.patch.object(Timestamp, "_get_wait_seconds", wait_seconds)
+
+
 def attribute_sdk_tasks() -> Any:
     """Patch moto's AWS SDK integration (``arn:aws:states:::aws-sdk:...``) and its optimized DynamoDB
     integration (``arn:aws:states:::dynamodb:...``) so that the calls they make are recorded as the
@@ -253,6 +304,35 @@ def attribute_sdk_tasks() -> Any:
 
         patches.enter_context(mock.patch.object(service, "_eval_service_task", evaluate))
     return patches
+
+
+def repair_early_callbacks() -> Any:
+    """Patch moto so that a callback given before a ``.waitForTaskToken`` task waits is not lost.
+
+    moto sets up a task's heartbeat wait only after the task's call returned; a ``SendTask*``
+    in between (the token is out: whoever got it may answer at once) finds no wait to wake, and
+    the wait that then begins sees neither the outcome nor the heartbeat. Here such a wait
+    begins woken, so it takes the outcome (or counts the heartbeat) as AWS does.
+    """
+    setup, heartbeat = CallbackEndpoint.setup_heartbeat_endpoint, CallbackEndpoint.notify_heartbeat
+
+    def setup_heartbeat_endpoint(self: Any, heartbeat_seconds: int) -> Any:
+        endpoint = setup(self, heartbeat_seconds)
+        # notify() sets the outcome before it looks for this endpoint; set here, then looked at:
+        # one of the two sees the other.
+        if self.get_outcome() is not None or getattr(self, "_early_heartbeat", False):
+            endpoint.notify()
+        return endpoint
+
+    def notify_heartbeat(self: Any) -> bool:
+        if self._heartbeat_endpoint is None:
+            self._early_heartbeat = True  # the wait has not begun: it begins with this heartbeat
+            return True
+        return bool(heartbeat(self))
+
+    return mock.patch.multiple(
+        CallbackEndpoint, setup_heartbeat_endpoint=setup_heartbeat_endpoint, notify_heartbeat=notify_heartbeat
+    )
 
 
 class SandboxKilled(Exception):
@@ -343,6 +423,9 @@ class MotoStack:
             repair_errors_after_stop(),
             repair_stop_before_start(),
             repair_dynamodb_threads(),
+            repair_stop_during_callback(),
+            repair_wait_until_timestamp(),
+            repair_early_callbacks(),
             self.lambda_targets.patched(),
         ):
             token = ACTOR.set("harness")
@@ -388,6 +471,7 @@ class MotoStack:
             BillingMode=table["BillingMode"],
             AttributeDefinitions=table["AttributeDefinitions"],
             KeySchema=table["KeySchema"],
+            GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
             SSESpecification={"Enabled": table["SSESpecification"]["SSEEnabled"]},
         )
         ddb.update_time_to_live(TableName=table_name, TimeToLiveSpecification=table["TimeToLiveSpecification"])
@@ -437,6 +521,12 @@ class MotoStack:
 
         r.physical["HarnessLayer"] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:{self.stack_name}-harness:1"
         r.physical["RunDataPolicy"] = f"arn:aws:iam::{ACCOUNT}:policy/{self._physical('RunDataPolicy')}"
+        if r.condition(resources["HarnessSessionRuntime"]["Condition"]):  # (see the module's docstring)
+            runtime_name = r.resolve(resources["HarnessSessionRuntime"]["Properties"]["AgentRuntimeName"])
+            runtime_arn = f"arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/{runtime_name}-{self._suffix[:10]}"
+            r.physical["HarnessSessionRuntime"] = runtime_arn
+            r.attributes[("HarnessSessionRuntime", "AgentRuntimeArn")] = runtime_arn
+            r.physical["SessionInvokePolicy"] = f"arn:aws:iam::{ACCOUNT}:policy/{self._physical('SessionInvokePolicy')}"
         for logical_id in ("ChatLogGroup", "SliceLogGroup", "FinalizerLogGroup", "TriggerLogGroup"):
             r.physical[logical_id] = r.resolve(resources[logical_id]["Properties"]["LogGroupName"])
 
@@ -446,6 +536,10 @@ class MotoStack:
             name = self._physical(logical_id)
             r.physical[logical_id] = name
             r.attributes[(logical_id, "Arn")] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+        # SAM's Function URL of the chat function (the slice function's PUBLIC_URL); moto serves none.
+        r.attributes[("ChatFunctionUrl", "FunctionUrl")] = (
+            f"https://{self._physical('ChatFunction').lower()}.lambda-url.{REGION}.on.aws/"
+        )
         for logical_id in serverless:
             props = r.resolve(function_properties(self.template, logical_id))
             fn = DeployedFunction(
@@ -674,6 +768,12 @@ class MotoStack:
                 # The service's modeled exception where it has one (as botocore raises it): Step
                 # Functions' AWS SDK integration names the error after its class.
                 raise client.exceptions.from_code(code)(error, operation_name)
+            if client.meta.service_model.service_name == "dynamodb":
+                # moto's backends take no locks: a transaction deep-copies the table while another
+                # thread writes it ("dictionary changed size during iteration"), and two conditional
+                # writes can interleave. DynamoDB applies each request atomically: so does this.
+                with _dynamodb_atomic:
+                    return original(client, operation_name, api_params)
             return original(client, operation_name, api_params)
 
         return recording
@@ -682,6 +782,13 @@ class MotoStack:
         """``client`` (a lite client of ``durable_harness.aws.lite``, which botocore's
         ``_make_api_call`` never sees) with its calls recorded for :meth:`check_iam` as botocore's are."""
         return RecordedLiteClient(client, self) if client is not None else None
+
+    def record_agentcore(self, actor: str, paths: list[str]) -> None:
+        """Record requests to the (emulated) AgentCore data plane, by their URL paths, as ``actor``'s calls."""
+        actions = {"invocations": "InvokeAgentRuntime", "stopruntimesession": "StopRuntimeSession"}
+        for path in paths:
+            _, _, arn, operation = path.split("/")
+            self.calls.append(Call(actor, [f"bedrock-agentcore:{actions[operation]}"], [unquote(arn)]))
 
     def policy_statements(self, logical_id: str) -> list[dict[str, Any]]:
         """The Allow statements of a function's (or the state machine's) policies, resolved."""
@@ -693,7 +800,11 @@ class MotoStack:
         for policy in policies:
             if policy is NO_VALUE:
                 continue
-            if isinstance(policy, str):  # a managed policy: only our own is known
+            if isinstance(policy, str):  # a managed policy: only our own are known
+                if policy == self.resolver.physical.get("SessionInvokePolicy"):
+                    invoke = self.template["Resources"]["SessionInvokePolicy"]["Properties"]["PolicyDocument"]
+                    statements += self.resolver.resolve(invoke)["Statement"]
+                    continue
                 assert policy == self.resolver.physical["RunDataPolicy"], policy
                 statements += data_policy["PolicyDocument"]["Statement"]
             elif "Statement" in policy:
@@ -803,6 +914,8 @@ def iam_request(
         return actions, tables
     if prefix == "dynamodb":
         resource = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{params.get('TableName', '*')}"
+        if params.get("IndexName"):  # a Query of an index is authorized on the index's ARN
+            resource += f"/index/{params['IndexName']}"
         return [action], [resource]
     if prefix == "s3":
         bucket = params.get("Bucket", "*")

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -41,6 +42,7 @@ def function_env(logical_id: str) -> dict[str, str]:
     """The function's environment as the template sets it (dummy resource names, no AWS reached)."""
     resolver = Resolver(TEMPLATE, {"AuthTokenHashes": "t:" + hashlib.sha256(b"t").hexdigest()})
     resolver.physical |= {"RunsTable": "runs", "ChunkBucket": "chunks", "ApprovalSecret": "secret"}
+    resolver.attributes[("ChatFunctionUrl", "FunctionUrl")] = "https://chat.lambda-url.us-east-1.on.aws/"
     props = function_properties(TEMPLATE, logical_id)
     variables = resolver.resolve(props.get("Environment", {}).get("Variables", {}))
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
@@ -120,3 +122,60 @@ def test_the_chat_process_starts_serves_and_stops_as_the_adapter_expects() -> No
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def short_approval_secret(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """moto over HTTP holding an approval secret of 20 bytes, and the environment of a function (in
+    Lambda: its clients are lite ones) that names it."""
+    import boto3
+    from moto import mock_aws
+
+    from tests.motoserver import MotoEndpoint
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws(), MotoEndpoint() as endpoint:
+        arn = boto3.client("secretsmanager").create_secret(Name="approval", SecretString="twenty-bytes-secret!")["ARN"]
+        yield {"AWS_ENDPOINT_URL": endpoint.url, "TOOL_APPROVAL_SECRET_ARN": arn, "AWS_LAMBDA_FUNCTION_NAME": "fn"}
+
+
+def test_the_chat_process_refuses_a_short_approval_secret_at_start_up_in_one_line(
+    short_approval_secret: dict[str, str],
+) -> None:
+    env = function_env("ChatFunction") | short_approval_secret | {"AWS_LWA_PORT": "9"}
+    script = ROOT / "functions" / "chat" / "run.sh"
+    env["LAMBDA_TASK_ROOT"] = str(script.parent)
+    env["PYTHONPATH"] = str(ROOT / "layers" / "harness")
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(["bash", str(script)], env=env, cwd=script.parent, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    arn = short_approval_secret["TOOL_APPROVAL_SECRET_ARN"]
+    assert done.stderr.strip().splitlines() == [
+        f"chat function: the approval secret ({arn}) is 20 bytes; it must be at least 32 random bytes "
+        "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    ]
+    assert "twenty-bytes-secret" not in done.stderr + done.stdout
+
+
+def test_the_slice_function_refuses_a_short_approval_secret_when_it_sets_up(
+    short_approval_secret: dict[str, str],
+) -> None:
+    env = function_env("SliceFunction") | short_approval_secret
+    code = (
+        "import app, sys\n"
+        "from durable_harness.errors import ApprovalSecretError\n"
+        "try:\n    app._runtime()\nexcept ApprovalSecretError as exc:\n    print(exc)\n    sys.exit(3)\n"
+        "print(sorted(m for m in ('boto3', 'botocore.client') if m in sys.modules))\n"
+    )
+    arn = short_approval_secret["TOOL_APPROVAL_SECRET_ARN"]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stdout.startswith(f"the approval secret ({arn}) is 20 bytes; it must be at least 32")
+    # A good secret passes, read by the lite client: the check costs the cold start no botocore client.
+    import boto3
+
+    boto3.client("secretsmanager").put_secret_value(SecretId=arn, SecretString="k" * 32)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

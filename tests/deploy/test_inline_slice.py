@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from durable_harness.aws.handover import StepFunctionsHandover
 from durable_harness.server.inline import NOT_SCHEDULED
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 
 from . import agents
 from .chat import Response, call, load_chat_app, sample_event, with_path
@@ -116,6 +117,74 @@ async def test_a_turn_longer_than_the_chat_functions_slice_goes_on_in_the_slice_
     assert task_states(stack, execution) == expected
     assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
     assert dict(agents.CONTROL.model_calls) == {0: 1, 1: 1, 2: 1}
+
+
+async def test_a_hand_over_that_comes_before_the_task_waits_is_not_lost(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step Functions takes a callback as soon as the token exists. Here the hand-over lands
+    between ``AwaitChatSlice`` writing the token and the task starting to wait for it (moto's
+    window, where it lost the outcome and waited out the heartbeat: issue 17, item 18)."""
+    handed_over = threading.Event()
+    notify, setup = CallbackEndpoint.notify, CallbackEndpoint.setup_heartbeat_endpoint
+
+    def notified(self: CallbackEndpoint, outcome: Any) -> None:
+        notify(self, outcome)
+        handed_over.set()
+
+    def late_setup(self: CallbackEndpoint, heartbeat_seconds: int) -> Any:
+        assert handed_over.wait(20), "the chat function never handed the run over"
+        return setup(self, heartbeat_seconds)
+
+    monkeypatch.setattr(CallbackEndpoint, "notify", notified)
+    monkeypatch.setattr(CallbackEndpoint, "setup_heartbeat_endpoint", late_setup)
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    assert_complete_turn(response.chunks())
+    assert response.chunks() == log_of(stack, run_id)
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    assert task_states(stack, execution)[0] == ("AwaitChatSlice", "TaskSucceeded")  # not timed out
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_heartbeat_that_comes_before_the_task_waits_keeps_the_slice_in_process(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same window for a heartbeat: it counts (moto answered InvalidToken, so the chat function
+    # stopped heartbeating and the slice function took a healthy slice over).
+    env = stack.functions["ChatFunction"].env
+    env["INLINE_HEARTBEAT_SECONDS"] = "3"
+    env.pop("INLINE_HEARTBEAT_INTERVAL")  # beats every third of the timeout
+    beats: list[bool] = []
+    beaten = threading.Event()
+    heartbeat, setup = CallbackEndpoint.notify_heartbeat, CallbackEndpoint.setup_heartbeat_endpoint
+
+    def counted(self: CallbackEndpoint) -> bool:
+        beats.append(heartbeat(self))
+        beaten.set()
+        return beats[-1]
+
+    def late_setup(self: CallbackEndpoint, heartbeat_seconds: int) -> Any:
+        assert beaten.wait(20), "the chat function sent no heartbeat"
+        return setup(self, heartbeat_seconds)
+
+    monkeypatch.setattr(CallbackEndpoint, "notify_heartbeat", counted)
+    monkeypatch.setattr(CallbackEndpoint, "setup_heartbeat_endpoint", late_setup)
+    agents.CONTROL.gate = gate = threading.Event()
+    post, response, _ = await started_post(chat_app(stack))
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(agents.CONTROL.entered_gate.is_set, "step 2 to start")
+    await wait_for(lambda: len(beats) >= 3, "the chat function to go on heartbeating")
+    assert all(beats)  # every one of them reached the waiting task
+    gate.set()
+    await finish(post)
+    assert_complete_turn(response.chunks())
+    assert response.chunks() == log_of(stack, run_id)
+    assert "reset-step" not in types(response.chunks())
+    [execution] = await executions_of(stack, run_id)
+    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskSucceeded")]
+    assert stack.calls_of("SliceFunction", run_id) == []
 
 
 def short_heartbeat(stack: MotoStack) -> None:
@@ -223,6 +292,10 @@ async def test_a_cancel_during_the_in_process_slice_ends_the_run_once(stack: Mot
     post, response, _ = await started_post(chat_app(stack))
     run_id = response.headers["x-workflow-run-id"]
     await wait_for(agents.CONTROL.entered_gate.is_set, "step 2 to start")
+    # The execution is started beside the first slice: under load it may not exist yet, and a cancel
+    # before it exists has nothing to stop (the late execution then ends as the run did, SUCCEEDED).
+    # This test is about stopping a running one, so it cancels once there is one.
+    await wait_for(lambda: any(e["name"].startswith(run_id) for e in stack.executions()), "the execution to start")
     # The cancel reaches another chat function (this one is busy with the POST).
     cancel = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/cancel")
     cancel["body"] = ""
@@ -255,20 +328,83 @@ async def test_a_start_that_failed_is_tried_again_when_the_slice_hands_over(stac
     assert len(stack.calls_of("SliceFunction", run_id)) == state_of(stack, run_id).slices - 1 > 0
 
 
+def start_attempts(stack: MotoStack) -> int:
+    """The chat function's ``StartExecution`` calls so far (each recorded before its fault is raised)."""
+    return sum(call.actions == ["states:StartExecution"] for call in stack.calls if call.actor == "ChatFunction")
+
+
+def quick_retries(app: Any, window: float | None = None) -> None:
+    """Make the app's retries of a failed start quick (and its window of tries short)."""
+    app.service.inline.backoff = lambda attempt: 0.02
+    if window is not None:
+        app.service.inline.start_window = window
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_throttled_start_is_tried_again_while_the_slice_runs(stack: MotoStack) -> None:
+    stack.api_faults[("ChatFunction", "StartExecution")] = ["ThrottlingException*"]  # until lifted
+    agents.CONTROL.gate = gate = threading.Event()
+    app = chat_app(stack)
+    quick_retries(app)
+    post, response, _ = await started_post(app)
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(agents.CONTROL.entered_gate.is_set, "step 2 to start")
+    # The slice goes on; so do the tries, with backoff (three in all used to be the limit).
+    await wait_for(lambda: start_attempts(stack) > 5, "the start to be tried again and again")
+    del stack.api_faults[("ChatFunction", "StartExecution")]  # the throttling ends
+    await wait_for(lambda: bool(stack.executions()), "the driver to be started during the slice")
+    gate.set()
+    await finish(post)
+    assert_complete_turn(response.chunks())
+    assert response.chunks() == log_of(stack, run_id)
+    [execution] = await executions_of(stack, run_id)
+    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskSucceeded")]
+    assert stack.calls_of("SliceFunction", run_id) == []
+
+
+async def test_a_start_throttled_past_a_short_slice_is_tried_until_it_works(stack: MotoStack) -> None:
+    # The first slice is one step; the throttling outlasts it and the three tries of old.
+    stack.api_faults[("ChatFunction", "StartExecution")] = ["ThrottlingException"] * 8
+    app = chat_app(stack)
+    quick_retries(app)
+    response = await call(app, sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    assert_complete_turn(response.chunks())  # the slice function took over from the late start
+    assert "error" not in types(response.chunks())
+    assert response.chunks() == log_of(stack, run_id)
+    assert start_attempts(stack) == 9
+    [execution] = await executions_of(stack, run_id)
+    assert task_states(stack, execution)[0] == ("AwaitChatSlice", "TaskSucceeded")
+    assert len(stack.calls_of("SliceFunction", run_id)) == state_of(stack, run_id).slices - 1 > 0
+
+
 async def test_a_run_that_needs_more_slices_and_cannot_be_started_ends_failed(stack: MotoStack) -> None:
     stack.api_faults[("ChatFunction", "StartExecution")] = ["ServiceUnavailable*"]
-    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    app = chat_app(stack)
+    quick_retries(app, window=1.0)
+    response = await call(app, sample_event("chat-post.json"))
     run_id = response.headers["x-workflow-run-id"]
     chunks = response.chunks()
-    # Step 1 ran in the chat function; nothing could run the rest, so the run ends: no client
-    # waits for a run that nothing drives.
+    # Step 1 ran in the chat function; the start was tried until the window closed, and then,
+    # since nothing could run the rest, the run ends: no client waits for a run nothing drives.
     assert types(chunks)[-2:] == ["error", "finish"] and types(chunks).count("finish") == 1
     assert chunks[-2]["errorText"] == NOT_SCHEDULED
     assert chunks == log_of(stack, run_id)
     state = state_of(stack, run_id)
     assert (state.status, state.error) == ("failed", NOT_SCHEDULED)
     assert stack.executions() == []
+    assert start_attempts(stack) > 3
     assert agents.CONTROL.executions == {"alpha": 1}
+
+
+async def test_a_start_refused_for_good_is_not_tried_again(stack: MotoStack) -> None:
+    stack.api_faults[("ChatFunction", "StartExecution")] = ["AccessDeniedException*"]
+    app = chat_app(stack)
+    quick_retries(app)
+    response = await call(app, sample_event("chat-post.json"))
+    chunks = response.chunks()
+    assert types(chunks)[-2:] == ["error", "finish"] and chunks[-2]["errorText"] == NOT_SCHEDULED
+    assert start_attempts(stack) == 1  # a permission does not come back by waiting
 
 
 @pytest.mark.stack_parameters(**IN_ONE_SLICE)

@@ -104,9 +104,11 @@ def test_bytecode_for_another_python_is_refused(tmp_path: Path, monkeypatch: pyt
 def test_every_service_the_harness_calls_keeps_its_model() -> None:
     source = "\n".join(p.read_text() for p in (ROOT / "layers" / "harness" / "durable_harness").rglob("*.py"))
     called = set(re.findall(r"\b(?:make_)?client(?:_for)?\(\s*\"([a-z0-9-]+)\"", source))
-    assert called == {"dynamodb", "s3", "stepfunctions", "events", "bedrock-runtime"}
-    assert "get_secret" in source  # Powertools' get_secret: Secrets Manager
-    assert called | {"secretsmanager"} <= build_layer.BOTOCORE_SERVICES
+    assert called == {"dynamodb", "s3", "stepfunctions", "events", "bedrock-runtime", "secretsmanager",
+                      "bedrock-agentcore"}  # fmt: skip
+    assert "get_secret" in source  # Powertools' get_secret: Secrets Manager too
+    # The AgentCore session transport has the lite client only (it never falls back to botocore).
+    assert called - {"bedrock-agentcore"} <= build_layer.BOTOCORE_SERVICES
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ stack fixture also checks every AWS call made against the template's IAM policie
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -174,7 +175,7 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     gate.set()  # the slice in flight goes on, and finds itself fenced off
     [in_flight] = [s for s in stack.calls_of("SliceFunction", run_id) if s.event["attempt"] == 0][1:2]
     wait_until(lambda: in_flight.done, what="the slice in flight to end")
-    assert in_flight.result == {"runId": run_id, "status": "fenced", "slices": 0}
+    assert in_flight.result == {"runId": run_id, "status": "fenced", "slices": 0, "wait": None}
     [execution] = stack.wait_for_executions(run_id)
     assert execution["status"] == "ABORTED"
     assert len(stack.calls_of("SliceFunction", run_id)) == 2  # nothing ran after the cancel
@@ -191,8 +192,31 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     assert announced == [("Run Started", run_id, "ready_for_next_step"), ("Run Cancelled", run_id, "cancelled")]
 
 
+async def test_ten_simultaneous_cancels_in_ten_chat_functions_all_answer_200_with_one_finish(stack: MotoStack) -> None:
+    listen = lifecycle_listener(stack)
+    with stack.function_env("ChatFunction"):
+        apps = [load_chat_app() for _ in range(10)]  # ten instances of the function: nothing shared in-process
+    agents.CONTROL.gate = gate = threading.Event()
+    run_id = start_run(stack)
+    wait_until(agents.CONTROL.entered_gate.is_set, what="the second slice to start")
+    cancel = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/cancel")
+    cancel["body"] = ""
+    answers = await asyncio.gather(*(call(app, cancel) for app in apps))
+    gate.set()
+    assert [(a.status, a.json()["status"]) for a in answers] == [(200, "cancelled")] * 10, [a.body for a in answers]
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "ABORTED"
+    chunks = log_of(stack, run_id)
+    assert types(chunks).count("finish") == 1 and chunks[-1]["finishReason"] == "other"
+    assert state_of(stack, run_id).status == "cancelled"
+    assert [e["detail-type"] for e in listen()].count("Run Cancelled") == 1
+
+
+SIGNING_KEY = "s3cr3t-signing-key-0123456789abcdef"
+
+
 @pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
-@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", "s3cr3t-signing-key"))
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", SIGNING_KEY))
 def test_a_run_that_needs_approval_pauses_with_a_request_signed_by_the_secret(stack: MotoStack) -> None:
     run_id = start_run(stack, "Remove gamma.")
     [execution] = stack.wait_for_executions(run_id)
@@ -204,7 +228,7 @@ def test_a_run_that_needs_approval_pauses_with_a_request_signed_by_the_secret(st
     assert types(chunks)[-1] == "finish"
     # Signed with the key the slice read from Secrets Manager (TOOL_APPROVAL_SECRET_ARN).
     assert verify_tool_approval(
-        "s3cr3t-signing-key", request["signature"], request["approvalId"], "c9", "remove", {"name": "gamma"}
+        SIGNING_KEY, request["signature"], request["approvalId"], "c9", "remove", {"name": "gamma"}
     )
     assert "s3cr3t" not in json.dumps(chunks)
     assert agents.CONTROL.executions == {}  # nothing runs before the user answers
@@ -223,5 +247,6 @@ async def test_cancelling_a_run_paused_for_approval_announces_run_cancelled(stac
     assert response.status == 200 and response.json()["status"] == "cancelled"
     kinds = [(e["detail-type"], e["detail"]["status"]) for e in listen()]
     assert kinds[-1] == ("Run Cancelled", "cancelled") and ("Run Awaiting Approval", "awaiting_tool_approval") in kinds
-    assert (await call(app, cancel)).status == 409  # cancelled once; nothing announced again
+    again = await call(app, cancel)
+    assert again.status == 200 and again.json()["status"] == "cancelled"  # idempotent; nothing announced again
     assert listen() == []

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from durable_harness.aws._listing import PRINCIPAL_INDEX, principal_index_definition
 from durable_harness.aws.events import parse_start_run_event
 
 from .cfn import ROOT, Resolver, function_properties, load_template
@@ -32,6 +33,8 @@ def resolved(overrides: dict[str, str] | None = None) -> Resolver:
     for logical_id in RESOURCES:
         r.physical[logical_id] = f"phys-{logical_id}"
         r.attributes[(logical_id, "Arn")] = f"arn:aws:test:::{logical_id}"
+    r.attributes[("ChatFunctionUrl", "FunctionUrl")] = "https://chat.lambda-url.us-east-1.on.aws/"  # SAM makes it
+    r.attributes[("HarnessSessionRuntime", "AgentRuntimeArn")] = "arn:aws:test:::HarnessSessionRuntime"
     return r
 
 
@@ -77,7 +80,9 @@ def test_the_layer_installs_every_runtime_dependency() -> None:
     layer = [line for line in lines if line.strip() and not line.startswith("#")]
     # uvicorn serves `make dev` only: the chat function serves with h11 (durable_harness.server.httpd)
     local_only = {"uvicorn"}
-    assert names(pyproject["project"]["dependencies"]) - local_only <= names(layer)
+    # The layer is the library with its `aws` extra (the functions' AWS adapters and Bedrock).
+    runtime = pyproject["project"]["dependencies"] + pyproject["project"]["optional-dependencies"]["aws"]
+    assert names(runtime) - local_only <= names(layer)
     assert not names(layer) & local_only and "h11" in names(layer)
     assert any(line.startswith("aws-lambda-powertools[tracer]") for line in layer)  # Tracer needs the X-Ray SDK
 
@@ -90,7 +95,8 @@ from the model files of the botocore repository's release tags); the chunk log u
 def test_the_sdk_floor_has_the_conditional_writes_the_chunk_log_uses() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     layer = (ROOT / "layers" / "harness" / "requirements.txt").read_text().splitlines()
-    for source, requirements in (("pyproject.toml", pyproject["project"]["dependencies"]), ("layer", layer)):
+    aws = pyproject["project"]["optional-dependencies"]["aws"]
+    for source, requirements in (("pyproject.toml [aws]", aws), ("layer", layer)):
         for package in ("boto3", "botocore"):
             [floor] = [r for r in requirements if re.match(rf"{package}\s*>=", r)]
             version = tuple(int(x) for x in floor.split(">=")[1].split(",")[0].strip().split("."))
@@ -163,10 +169,27 @@ def test_the_runs_table() -> None:
         {"AttributeName": "pk", "KeyType": "HASH"},
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ]
-    assert {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]} == {"pk": "S", "sk": "S"}
+    attributes = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
+    assert attributes == {"pk": "S", "sk": "S", "principal": "S", "created_at": "S"}
+    # The runs inspector's index, as the store queries it and moto's tables have it (tests/motoserver.py).
+    assert props["GlobalSecondaryIndexes"] == [principal_index_definition()]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert props["SSESpecification"] == {"SSEEnabled": True}
+
+
+def test_only_the_chat_function_may_query_the_principal_index_and_only_that() -> None:
+    index_arn = {"Fn::Sub": "${RunsTable.Arn}/index/" + PRINCIPAL_INDEX}
+    granted = []
+    for logical_id, resource in RESOURCES.items():
+        for policy in resource.get("Properties", {}).get("Policies", []) or []:
+            for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+                if statement.get("Resource") == index_arn:
+                    granted.append((logical_id, statement["Effect"], statement["Action"]))
+    assert granted == [("ChatFunction", "Allow", "dynamodb:Query")]
+    # The shared policy grants the table itself, never its indexes.
+    for statement in RESOURCES["RunDataPolicy"]["Properties"]["PolicyDocument"]["Statement"]:
+        assert "index" not in json.dumps(statement["Resource"])
 
 
 def test_the_chunk_bucket_is_private_encrypted_tls_only_and_expires() -> None:
@@ -230,7 +253,7 @@ def test_the_slice_task_retries_the_slice_functions_retryable_error_and_catches_
     assert all(retry["MaxAttempts"] <= 6 and retry["BackoffRate"] >= 2 for retry in others)  # bounded
     _assert_retries_a_throttle_for_minutes(throttle)
     assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Finalize"}]
-    assert set(task["ResultSelector"]) == {"status.$", "slices.$"}  # only the small result travels
+    assert set(task["ResultSelector"]) == {"status.$", "slices.$", "wait.$"}  # only the small result travels
 
 
 def test_a_chat_run_first_waits_for_the_chat_functions_slice_and_falls_back_to_the_slice_function() -> None:
@@ -256,7 +279,7 @@ def test_a_chat_run_first_waits_for_the_chat_functions_slice_and_falls_back_to_t
     assert task["TimeoutSeconds"] >= RESOURCES["ChatFunction"]["Properties"]["Timeout"]
 
 
-def test_only_the_chat_function_answers_callbacks_and_only_the_state_machine_records_their_tokens() -> None:
+def test_only_the_chat_and_trigger_functions_answer_callbacks_and_only_the_state_machine_records_tokens() -> None:
     callbacks = {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
 
     def statements(props: dict[str, Any]) -> list[dict[str, Any]]:
@@ -268,7 +291,10 @@ def test_only_the_chat_function_answers_callbacks_and_only_the_state_machine_rec
             actions = set(_as_list(statement["Action"]))
             if actions & callbacks or any(a in ("states:*", "*") for a in actions):
                 granted[name] = statement
-    assert list(granted) == ["ChatFunction"]
+    assert list(granted) == ["ChatFunction", "TriggerFunction"]
+    # The trigger function only wakes a parked run for a "Run Event" (AwaitEvent's token).
+    assert _as_list(granted["TriggerFunction"]["Action"]) == ["states:SendTaskSuccess"]
+    assert granted["TriggerFunction"]["Resource"] == "*"
     statement = granted["ChatFunction"]
     # Exactly the three callbacks, nothing else in the statement. They take no resource ARN in IAM
     # (no resource type in the Service Authorization Reference): the token is the capability.

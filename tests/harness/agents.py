@@ -6,32 +6,66 @@ program with one fault) with a short stop grace period, so that a test does not 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from durable_harness.harness import ProcessHarness
 
 from examples.harness_program.agent import agent as example
-from examples.harness_program.agent import get_weather
+from examples.harness_program.agent import get_weather, session_agent
 
 HERE = Path(__file__).resolve().parent
 GRACE = 1.0
 BUILTIN = ["draft_note", "save_note", "work"]
+FAULT_DIR = Path(os.environ.get("FAULT_DIR") or tempfile.gettempdir())
+"""Where the fault programs keep their marker files (``FAULT_DIR``, so that a test can find them)."""
 
 
-def faulty(mode: str, *, grace: float = GRACE) -> ProcessHarness:
+def faulty(mode: str, *, grace: float = GRACE, fault_dir: Path = FAULT_DIR) -> ProcessHarness:
     """The example program with ``mode``'s fault injected (see ``faulty_notes.py``)."""
     return ProcessHarness(
-        command=[sys.executable, str(HERE / "faulty_notes.py"), mode],
+        command=[sys.executable, str(HERE / "faulty_notes.py"), mode, str(fault_dir)],
         tools=[get_weather],
+        env=example.env,
         builtin_tools=BUILTIN,
         stop_grace_seconds=grace,
     )
 
 
+def misbehaving(mode: str, **options: Any) -> ProcessHarness:
+    """``misbehaving.py MODE`` (see there), with ``get_weather`` as its host tool; it gets ``PIDS_DIR``."""
+    return ProcessHarness(
+        command=[sys.executable, str(HERE / "misbehaving.py"), mode],
+        env={"PIDS_DIR": None, **options.pop("env", {})},
+        tools=[get_weather],
+        **options,
+    )
+
+
+persistent = session_agent(stop_grace_seconds=GRACE)
+"""The example program in a persistent session (its bridges register in the server's data folder)."""
 kills_mid_step = faulty("kill-mid-step")
 ignores_stop = faulty("ignore-stop")
 invalid_output = faulty("invalid-output")
 exits_early = faulty("exit-early")
+orphan = misbehaving("orphan")
+environ = misbehaving("environ")
 
-__all__ = ["example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kills_mid_step"]
+
+def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
+    """The test's half of the ``kill-mid-step`` fault, called once the client (or the log) shows the
+    second step's tool call: SIGKILL the program that showed it (it waits mid-step to be killed) and
+    let the run's next program go on. Triggered by what was observed, so it never races the runner."""
+    pid = int((fault_dir / f"kill-mid-step-{run_id}.pid").read_text())
+    (fault_dir / f"kill-mid-step-{run_id}.killed").touch()
+    os.kill(pid, signal.SIGKILL)
+
+
+__all__ = [
+    "environ", "example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kill_mid_step", "kills_mid_step",
+    "misbehaving", "orphan", "persistent",
+]  # fmt: skip

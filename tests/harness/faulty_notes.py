@@ -1,23 +1,28 @@
 """The example harness program with one fault injected, for the tests (the example stays clean).
 
-``python faulty_notes.py MODE``, MODE one of:
+``python faulty_notes.py MODE [DIR]``, MODE one of:
 
-* ``kill-mid-step``: the long task's second step is cut by SIGKILL right after its ``tool-call``
-  line, once per run (a marker file remembers it), like a crash or an OOM kill;
-* ``ignore-stop``: once per run, the program ignores ``stop`` and hangs (it must be killed);
+* ``kill-mid-step``: the long task's second step stops right after its ``tool-call`` line and waits
+  to be killed, like a program that crashes or is OOM-killed there. The test kills it once it has
+  seen that call shown (its ``tool-input-available``), so the fault never races the runner
+  (``tests.harness.agents.kill_mid_step``). The program writes its pid to ``DIR/kill-mid-step-<runId>.pid`` before
+  the line; once ``DIR/kill-mid-step-<runId>.killed`` exists, the run's later programs go on;
+* ``ignore-stop``: once per run, after ``stop`` the program hangs at its next line (or its stop check) (it
+  must be killed);
 * ``invalid-output``: the first line written is not JSON;
 * ``exit-early``: once per run, the program exits 0 after the first step without ``finish``.
 
-The program is the example's own code; only its output and stop handling are wrapped.
+The program is the example's own code; only its output and stop handling are wrapped. ``DIR``
+(default: the temporary folder) holds the marker files.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "harne
 import notes_harness as program
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
+DIR = Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.gettempdir())
 _first: dict[str, Any] = {}
 
 
@@ -45,9 +51,14 @@ class _Tap:
         return iter(self.inner)
 
 
+def fault_file(run_id: str, kind: str) -> Path:
+    """``kill-mid-step``'s files for a run (the test's side: ``tests.harness.agents.kill_mid_step``)."""
+    return DIR / f"kill-mid-step-{run_id}.{kind}"
+
+
 def once() -> bool:
     """True the first time this run asks (a marker file per run and mode)."""
-    marker = Path(tempfile.gettempdir()) / f"dh-fault-{MODE}-{_first.get('runId', 'none')}"
+    marker = DIR / f"dh-fault-{MODE}-{_first.get('runId', 'none')}"
     if marker.exists():
         return False
     marker.touch()
@@ -65,17 +76,21 @@ def emit(obj: dict[str, Any]) -> None:
         sys.stdout.flush()
         time.sleep(5)  # the runner fails the run on that line; it does not wait for us
         return
+    cut = MODE == "kill-mid-step" and obj.get("toolCallId") == "call_work_2" and obj["type"] == "tool-call"
+    if cut and not fault_file(_first["runId"], "killed").exists():
+        fault_file(_first["runId"], "pid").write_text(str(os.getpid()))
+        _emit(obj)
+        threading.Event().wait()  # mid-step for ever: killed by the test (or by the runner after a stop)
+    if MODE == "ignore-stop" and program._stop.is_set() and once():
+        time.sleep(3600)  # after stop it never reaches its slice point: killed after the grace
     _emit(obj)
-    if MODE == "kill-mid-step" and obj.get("toolCallId") == "call_work_2" and obj["type"] == "tool-call" and once():
-        time.sleep(0.3)  # the line reaches the log before we die
-        os.kill(os.getpid(), signal.SIGKILL)
     if MODE == "exit-early" and obj["type"] == "checkpoint" and once():
         os._exit(0)
 
 
 def stop_requested() -> bool:
     if program._stop.is_set() and MODE == "ignore-stop" and once():
-        time.sleep(3600)  # hangs: the runner kills it after the grace period
+        time.sleep(3600)  # stop came after the step's last line: it hangs here instead
     return program._stop.is_set()
 
 

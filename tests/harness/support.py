@@ -14,7 +14,7 @@ from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 
 from tests.support import log_chunks, message_of, user_message
 
-SECRET = "topsecret"
+SECRET = "topsecret-0123456789abcdefghijklmn"
 
 
 class Turns:

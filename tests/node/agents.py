@@ -37,3 +37,15 @@ def build_options_agent() -> Agent:
     """An agent that answers with the instructions its ``prepare_call`` built from the call options."""
     model = FunctionModel(_echo, model_id="options-echo")
     return Agent(model=model, call_options=ChatOptions, prepare_call=_prepare_call)
+
+
+def build_counting_agent() -> Agent:
+    """An agent whose model numbers its answers ("Answer number N."): a reply that repeats an
+    earlier number was replayed, not generated."""
+    calls: list[int] = []
+
+    def answer(request: ModelRequest, step: int) -> list[ModelStreamPart]:
+        calls.append(step)
+        return text_step(f"Answer number {len(calls)}.")
+
+    return Agent(model=FunctionModel(answer, model_id="counting"))

@@ -168,7 +168,7 @@ def test_a_paused_result_lists_signed_requests_and_generate_continues_from_it() 
     ran: list[str] = []
     model = ScriptedModel([tool_calls_step(("c1", "wipe", {"what": "cache"})), text_step("Wiped.")])
     wipe = Tool(name="wipe", execute=lambda input: ran.append(input["what"]) or "ok", needs_approval=True)
-    agent = Agent(model=model, tools=[wipe], approval_secret=ApprovalSecret.from_value("k"))
+    agent = Agent(model=model, tools=[wipe], approval_secret=ApprovalSecret.from_value("k" * 32))
     paused = asyncio.run(agent.generate("wipe the cache"))
     assert ran == [] and paused.pending_approvals[0]["approvalId"] == "approval-c1"
     request = paused.response_messages[0].content[-1]

@@ -91,7 +91,7 @@ def test_the_slice_function_loads_no_tracing_sdk_unless_tracing_is_on(
     base |= {"LAMBDA_TASK_ROOT": str(ROOT), "AWS_REGION": "us-east-1", "AWS_XRAY_CONTEXT_MISSING": "IGNORE_ERROR",
              "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "RUNS_TABLE": "runs", "CHUNK_BUCKET": "chunks",
              "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:run", "MODEL_ID": "demo",
-             "POWERTOOLS_METRICS_NAMESPACE": "DurableHarness", "TOOL_APPROVAL_SECRET": "x",
+             "POWERTOOLS_METRICS_NAMESPACE": "DurableHarness", "TOOL_APPROVAL_SECRET": "x" * 32,
              "PYTHONPATH": str(ROOT / "layers" / "harness")}  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-c", COLD], cwd=ROOT, env=base | env, capture_output=True, text=True, timeout=120

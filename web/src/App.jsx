@@ -1,10 +1,11 @@
 // The page: a top bar (Settings with the API token, New chat), the conversation, and the composer
 // with its status line. The conversation state is `useChat({ chat })` over the session's Chat.
 import { useChat } from '@ai-sdk/react';
-import { Component, useCallback, useEffect, useLayoutEffect, useRef, useState, useSyncExternalStore } from 'react';
+import { Component, useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState, useSyncExternalStore } from 'react';
 
 import { isToolPart, Message } from './Message.jsx';
 import { createSession } from './session.js';
+import { Settings } from './Settings.jsx';
 import { storage } from './storage.js';
 
 const SUGGESTIONS = ['What is the weather in Paris?', 'Save a note: buy milk'];
@@ -24,15 +25,26 @@ export function describeError(error) {
   return `Error (HTTP ${http[1]}): ${detail}${hint}`;
 }
 
-function statusText({ status, error, lastMessage, runId, resuming }) {
+/** How long to wait before the `attempt`-th reconnect (from 0): 1 s doubling to 30 s, ±20 %
+ * (spread out, so that the pages of a restarted server do not all come back at the same moment). */
+export function reconnectDelay(attempt) {
+  return Math.min(30_000, 1000 * 2 ** attempt) * (0.8 + 0.4 * Math.random());
+}
+
+function statusText({ status, error, lastMessage, runId, resuming, stopped, retryIn }) {
   const runNote = runId ? ` (run ${runId})` : '';
   switch (status) {
     case 'submitted':
       return resuming ? `Reconnecting to the reply${runNote}…` : 'Sending…';
     case 'streaming':
+      if (stopped) return 'Stopping…';
       return resuming ? `Streaming (resumed)${runNote}…` : `Streaming${runNote}…`;
     case 'error':
       return describeError(error);
+    case 'reconnecting':
+      return `Connection lost (${describeError(error)}). Reconnecting in ${Math.ceil(retryIn / 1000)} s…`;
+    case 'stopped':
+      return 'Stopped: the reply was cut short. Send a message to go on.';
     default: {
       const waiting = lastMessage?.role === 'assistant'
         && lastMessage.parts.some((p) => isToolPart(p) && p.state === 'approval-requested');
@@ -68,48 +80,52 @@ class RenderGuard extends Component {
   }
 }
 
-function Settings() {
-  const [token, setToken] = useState(() => storage.loadToken());
-  const details = useRef(null);
-  return (
-    <details className="settings" ref={details}>
-      <summary>Settings</summary>
-      <form className="settings__panel" onSubmit={(event) => {
-        event.preventDefault(); // Enter in the token field: the token is already saved
-        details.current.open = false;
-      }}>
-        <label htmlFor="token">API token</label>
-        <input id="token" name="token" type="password" autoComplete="off" autoCapitalize="off" spellCheck="false"
-               placeholder="only needed with AUTH_MODE=token" aria-describedby="token-hint" value={token}
-               onChange={(event) => {
-                 setToken(event.target.value);
-                 storage.saveToken(event.target.value.trim());
-               }} />
-        <p id="token-hint" className="hint">Sent as <code>Authorization: Bearer …</code> and kept in this browser's local storage.</p>
-      </form>
-    </details>
-  );
-}
-
-function ChatView({ session, focusPrompt, onReconnect }) {
+function ChatView({ session, focusPrompt, reconnectAttempt, onReconnect, onConnected }) {
   const { messages, status, error, sendMessage, clearError, addToolApprovalResponse } = useChat({ chat: session.chat });
   const { runId, resuming } = useSyncExternalStore(session.subscribe, session.getSnapshot);
   // A rejected action (send, approval, cancel, resume) that the Chat did not report itself.
   const [actionError, setActionError] = useState(null);
   const [input, setInput] = useState('');
+  // Stop was pressed and the server cancelled the run: the reply that ends now was cut short.
+  const [stopped, setStopped] = useState(false);
   const prompt = useRef(null);
   const form = useRef(null);
   const stick = useRef(true);
 
   const busy = status === 'submitted' || status === 'streaming';
   const lastMessage = messages.at(-1);
-  const shownStatus = actionError && !busy ? 'error' : status;
+  // The Chat failed with the run still active (the connection dropped, the server went away or
+  // answered 5xx; a 4xx forgets the run, see session.js): the page reconnects by itself.
+  const retryIn = useMemo(
+    () => (status === 'error' && runId && !actionError ? reconnectDelay(reconnectAttempt) : null),
+    [status, runId, actionError, reconnectAttempt],
+  );
+  let shownStatus = actionError && !busy ? 'error' : status;
+  if (retryIn != null) shownStatus = 'reconnecting';
+  else if (stopped && status === 'ready') shownStatus = 'stopped';
+  // The last reply will get no more chunks: a call still under way in it was stopped.
+  const ended = !busy && !runId && shownStatus !== 'error';
 
   useEffect(() => {
     // A reply was streaming when the page went away: pick it up where the run is now.
     if (session.getSnapshot().runId) session.resume().catch(setActionError);
     if (focusPrompt) prompt.current.focus();
   }, [session, focusPrompt]);
+
+  useEffect(() => {
+    if (retryIn == null) return undefined;
+    const timer = setTimeout(onReconnect, retryIn);
+    window.addEventListener('online', onReconnect); // the network is back: no need to wait
+    return () => {
+      clearTimeout(timer);
+      window.removeEventListener('online', onReconnect);
+    };
+  }, [retryIn, onReconnect]);
+
+  useEffect(() => {
+    // Connected again (a reply streams, or the run ended): the next drop waits 1 s again.
+    if (status === 'streaming' || (status === 'ready' && !runId)) onConnected();
+  }, [status, runId, onConnected]);
 
   useEffect(() => {
     const onScroll = () => { stick.current = nearBottom(); };
@@ -130,6 +146,7 @@ function ChatView({ session, focusPrompt, onReconnect }) {
     if (!input.trim() || busy) return;
     if (status === 'error') clearError();
     setActionError(null);
+    setStopped(false);
     setInput('');
     stick.current = true;
     scrollToBottom();
@@ -149,7 +166,8 @@ function ChatView({ session, focusPrompt, onReconnect }) {
              aria-relevant="additions" aria-busy={busy}>
           <RenderGuard messages={messages}>
             {messages.map((message) => (
-              <Message key={message.id} message={message} streaming={message.id === streamingId} onApproval={onApproval} />
+              <Message key={message.id} message={message} streaming={message.id === streamingId}
+                       ended={message !== lastMessage || ended} onApproval={onApproval} />
             ))}
           </RenderGuard>
         </div>
@@ -174,10 +192,10 @@ function ChatView({ session, focusPrompt, onReconnect }) {
         <div className="statusbar">
           <p id="status" className="status" role="status" data-status={shownStatus}>
             {shownStatus === 'error' && actionError ? describeError(actionError)
-              : statusText({ status, error, lastMessage, runId, resuming })}
+              : statusText({ status: shownStatus, error, lastMessage, runId, resuming, stopped, retryIn })}
           </p>
-          {shownStatus === 'error' && runId && (
-            <button type="button" className="button button--ghost button--small" onClick={onReconnect}>Reconnect</button>
+          {(shownStatus === 'error' || shownStatus === 'reconnecting') && runId && (
+            <button type="button" className="button button--ghost button--small" onClick={onReconnect}>Reconnect now</button>
           )}
           {shownStatus === 'error' && (
             <button type="button" className="button button--ghost button--small" onClick={dismiss}>Dismiss</button>
@@ -198,7 +216,9 @@ function ChatView({ session, focusPrompt, onReconnect }) {
           <div className="composer__buttons">
             <button type="submit" className="button button--primary" disabled={busy}>Send</button>
             {busy && (
-              <button type="button" className="button" onClick={() => { session.cancel().catch(setActionError); }}>Stop</button>
+              <button type="button" className="button" onClick={() => {
+                session.cancel().then((cancelled) => { if (cancelled) setStopped(true); }, setActionError);
+              }}>Stop</button>
             )}
           </div>
         </form>
@@ -208,20 +228,28 @@ function ChatView({ session, focusPrompt, onReconnect }) {
 }
 
 export function App() {
-  const [current, setCurrent] = useState(() => ({ session: createSession(), generation: 0, focusPrompt: false }));
+  const [current, setCurrent] = useState(() => ({ session: createSession(), generation: 0, focusPrompt: false, attempt: 0 }));
 
   /** A fresh session from localStorage (it resumes a stored run), as a page reload would make. */
-  const restart = async ({ clear, focusPrompt }) => {
+  const restart = async ({ clear, focusPrompt, attempt = 0 }) => {
     if (current.session.disposed) return; // a second click while the first is under way
     await current.session.dispose();
     if (clear) storage.clearChat();
-    setCurrent(({ generation }) => ({ session: createSession(), generation: generation + 1, focusPrompt }));
+    setCurrent(({ generation }) => ({ session: createSession(), generation: generation + 1, focusPrompt, attempt }));
   };
   const newChat = () => restart({ clear: true, focusPrompt: true });
   // Not chat.resumeStream() on the same Chat: after a dropped connection it keeps the half-streamed
   // reply and would append the run's replay (from chunk 0) to it; a fresh session replays the run
-  // onto the history as it was POSTed, exactly as after a reload.
-  const reconnect = () => restart({ clear: false, focusPrompt: false });
+  // onto the history as it was POSTed, exactly as after a reload. Each reconnect in a row waits
+  // longer (reconnectDelay), until one gets through (onConnected).
+  // Stable while a reconnect is pending, so that its timer is not started again by a re-render.
+  const reconnect = useCallback(
+    () => restart({ clear: false, focusPrompt: false, attempt: current.attempt + 1 }),
+    [current], // restart reads only `current`
+  );
+  const connected = useCallback(() => {
+    setCurrent((now) => (now.attempt === 0 ? now : { ...now, attempt: 0 }));
+  }, []);
 
   return (
     <>
@@ -232,11 +260,13 @@ export function App() {
           <p className="tagline">A durable agent: replies survive reloads and dropped connections.</p>
         </div>
         <div className="topbar__actions">
+          <a className="button button--ghost" href="./runs">Runs</a>
           <Settings />
           <button type="button" className="button button--ghost" onClick={newChat}>New chat</button>
         </div>
       </header>
-      <ChatView key={current.generation} session={current.session} focusPrompt={current.focusPrompt} onReconnect={reconnect} />
+      <ChatView key={current.generation} session={current.session} focusPrompt={current.focusPrompt}
+                reconnectAttempt={current.attempt} onReconnect={reconnect} onConnected={connected} />
     </>
   );
 }

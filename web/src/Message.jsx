@@ -1,7 +1,9 @@
-// One UIMessage as an <article>: text, reasoning (subdued), tool calls as cards (with Approve /
-// Deny on a call waiting for approval), files and sources. Everything is rendered as text: no
-// HTML from the model reaches the DOM.
-import { memo, useState } from 'react';
+// One UIMessage as an <article>: text (an assistant's as Markdown, see Markdown.jsx), reasoning
+// (subdued), tool calls as cards (with Approve / Deny on a call waiting for approval), files and
+// sources. No HTML from the model reaches the DOM.
+import { memo, useEffect, useState } from 'react';
+
+import { Markdown } from './Markdown.jsx';
 
 const TOOL_STATES = {
   'input-streaming': 'Preparing input',
@@ -13,6 +15,9 @@ const TOOL_STATES = {
   'output-denied': 'Denied',
 };
 
+/** States of a call still under way: in a reply that has ended, such a call was stopped. */
+const UNFINISHED = new Set(['input-streaming', 'input-available']);
+
 const AUTHORS = { user: 'You', assistant: 'Assistant' };
 
 export function isToolPart(part) {
@@ -23,7 +28,8 @@ export function toolName(part) {
   return part.type === 'dynamic-tool' ? part.toolName : part.type.slice('tool-'.length);
 }
 
-function json(value) {
+/** A value as indented JSON ('' for undefined), or its text when it is not JSON. */
+export function json(value) {
   if (value === undefined) return '';
   try {
     return JSON.stringify(value, null, 2);
@@ -59,9 +65,10 @@ function ApprovalActions({ name, approvalId, onApproval }) {
   );
 }
 
-function ToolCard({ part, onApproval }) {
+function ToolCard({ part, ended, onApproval }) {
   const name = toolName(part);
-  const label = TOOL_STATES[part.state] ?? part.state;
+  const stopped = ended && UNFINISHED.has(part.state);
+  const label = stopped ? 'Stopped' : TOOL_STATES[part.state] ?? part.state;
   let input = null;
   if (part.input !== undefined) input = json(part.input);
   else if (part.rawInput !== undefined) input = String(part.rawInput);
@@ -73,6 +80,8 @@ function ToolCard({ part, onApproval }) {
   } else if (part.state === 'output-error') {
     const errorText = part.errorText ?? 'The tool failed.';
     result = <CodeSection label="Error" value={errorText} className="tool-card__error" role="note" />;
+  } else if (stopped) {
+    result = <p className="tool-card__note">The reply was stopped before this call finished.</p>;
   } else if (part.state === 'output-denied') {
     const reason = part.approval?.reason;
     result = <p className="tool-card__note">{reason ? `Denied: ${reason}` : 'You denied this call; it did not run.'}</p>;
@@ -85,19 +94,35 @@ function ToolCard({ part, onApproval }) {
     approval = <p className="tool-card__note">{part.approval.approved ? 'Approved, running…' : 'Denied.'}</p>;
   }
 
+  // One line (name, state, the input's start) until opened: the JSON would fill a phone's screen.
+  // A call waiting for approval opens by itself, so that the input it asks about is in view.
+  const waiting = part.state === 'approval-requested';
+  const [open, setOpen] = useState(waiting);
+  useEffect(() => {
+    if (waiting) setOpen(true);
+  }, [waiting]);
+
   return (
     <section className="part tool-card" data-part="tool" data-tool={name} data-state={part.state}
-             aria-label={`Tool call ${name}: ${label}`}>
-      <header className="tool-card__header">
-        <span className="tool-card__icon" aria-hidden="true">⚙</span>
-        <code className="tool-card__name">{name}</code>
-        <span className={`badge badge--${part.state}`} data-testid="tool-state">{label}</span>
-      </header>
-      {input != null && <CodeSection label="Input" value={input} className="tool-card__input" />}
-      {result}
+             data-stopped={stopped || undefined} aria-label={`Tool call ${name}: ${label}`}>
+      <details className="tool-card__details" open={open} onToggle={(e) => setOpen(e.currentTarget.open)}>
+        <summary className="tool-card__header">
+          <span className="tool-card__icon" aria-hidden="true">⚙</span>
+          <code className="tool-card__name">{name}</code>
+          {input != null && <span className="tool-card__preview">{oneLine(input)}</span>}
+          <span className={`badge badge--${stopped ? 'stopped' : part.state}`} data-testid="tool-state">{label}</span>
+        </summary>
+        {input != null && <CodeSection label="Input" value={input} className="tool-card__input" />}
+        {result}
+      </details>
       {approval}
     </section>
   );
+}
+
+/** A value's JSON on one line, for a collapsed card (CSS cuts it at the card's width). */
+function oneLine(text) {
+  return text.replace(/\s*\n\s*/g, ' ');
 }
 
 function Source({ part }) {
@@ -111,8 +136,11 @@ function Source({ part }) {
   return <div className="part part--source" data-part="source">Source: {part.title ?? part.filename ?? part.sourceId}</div>;
 }
 
-function Part({ part, onApproval }) {
-  if (part.type === 'text') return <div className="part part--text" data-part="text">{part.text}</div>;
+function Part({ part, role, ended, onApproval }) {
+  if (part.type === 'text') {
+    if (role !== 'assistant') return <div className="part part--text" data-part="text">{part.text}</div>;
+    return <div className="part part--text part--markdown" data-part="text"><Markdown text={part.text} /></div>;
+  }
   if (part.type === 'reasoning') {
     return (
       <div className="part part--reasoning" data-part="reasoning">
@@ -121,7 +149,7 @@ function Part({ part, onApproval }) {
       </div>
     );
   }
-  if (isToolPart(part)) return <ToolCard part={part} onApproval={onApproval} />;
+  if (isToolPart(part)) return <ToolCard part={part} ended={ended} onApproval={onApproval} />;
   if (part.type === 'file') return <div className="part part--file" data-part="file">📎 {part.filename ?? part.mediaType}</div>;
   if (part.type === 'source-url' || part.type === 'source-document') return <Source part={part} />;
   return null; // step-start, data-*, custom: nothing to show
@@ -129,9 +157,10 @@ function Part({ part, onApproval }) {
 
 /**
  * A message; memoized, so while a reply streams only the streaming message re-renders (the Chat
- * replaces just that message object on each chunk).
+ * replaces just that message object on each chunk). `ended`: its reply will get no more chunks
+ * (so a call still under way in it was stopped).
  */
-export const Message = memo(function Message({ message, streaming, onApproval }) {
+export const Message = memo(function Message({ message, streaming, ended, onApproval }) {
   const author = AUTHORS[message.role] ?? 'System';
   const className = `message message--${message.role}${streaming ? ' message--streaming' : ''}`;
   return (
@@ -140,7 +169,7 @@ export const Message = memo(function Message({ message, streaming, onApproval })
       <div className="message__body">
         {(message.parts ?? []).map((part, index) => (
           // Parts only ever grow at the end, so the index is a stable key.
-          <Part key={index} part={part} onApproval={onApproval} />
+          <Part key={index} part={part} role={message.role} ended={ended} onApproval={onApproval} />
         ))}
       </div>
     </article>

@@ -5,15 +5,12 @@ import { Chat } from '@ai-sdk/react';
 import { WorkflowChatTransport } from '@ai-sdk/workflow/client';
 import { lastAssistantMessageIsCompleteWithApprovalResponses } from 'ai';
 
-import { storage } from './storage.js';
+import { authHeaders, storage } from './storage.js';
 
 /** `/api/chat` relative to the page, so the page also works behind a path prefix. */
 export const CHAT_API = new URL('api/chat', document.baseURI).href.replace(/\/$/, '');
 
-export function authHeaders() {
-  const token = storage.loadToken().trim();
-  return token ? { authorization: `Bearer ${token}` } : undefined;
-}
+export { authHeaders } from './storage.js';
 
 export function streamUrl(runId) {
   return `${CHAT_API}/${encodeURIComponent(runId)}/stream`;
@@ -116,18 +113,23 @@ export function createSession() {
     await session.chat.resumeStream();
   };
 
-  /** Stop the reply: cancel the run on the server (its stream then ends with `finish`). */
+  /**
+   * Stop the reply: cancel the run on the server (its stream then ends with `finish`). True when
+   * the run was cancelled (the reply that ends was cut short), false when it had ended already.
+   */
   session.cancel = async () => {
     const { runId } = meta;
     if (runId) {
       try {
         const res = await fetch(cancelUrl(runId), { method: 'POST', headers: authHeaders() });
-        if (res.ok || res.status === 409) return; // cancelled, or it had ended already
+        if (res.ok) return true;
+        if (res.status === 409) return false; // it had ended already
       } catch {
         // fall through: at least stop reading
       }
     }
     await session.chat.stop();
+    return true;
   };
 
   session.dispose = async () => {

@@ -12,11 +12,13 @@ from .agent.output import Output
 from .agent.results import TurnResult
 from .agent.tools import Tool, ToolContext, tool
 from .approvals import ApprovalSecret
+from .waits import WaitTimeout
 
 Agent = ToolLoopAgent
 """The agent class (an alias of :class:`ToolLoopAgent`)."""
 
 __version__ = "0.1.0"
+"""The library's version (the package metadata's, which pyproject.toml reads from here; also in the layer)."""
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -29,6 +31,7 @@ __all__ = [
     "ToolContext",
     "ToolLoopAgent",
     "TurnResult",
+    "WaitTimeout",
     "has_tool_call",
     "step_count_is",
     "tool",

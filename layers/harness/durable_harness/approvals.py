@@ -16,15 +16,21 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
-from .secretsmanager import DEFAULT_MAX_AGE, read_secret
+from .errors import ApprovalSecretError, SecretUnavailableError
+from .secretsmanager import DEFAULT_MAX_AGE, read_secret, read_secret_uncached
+
+logger = logging.getLogger(__name__)
 
 SIGNATURE_VERSION = "ai-sdk-tool-approval-v1"
 DEFAULT_SECRET_ENV = "TOOL_APPROVAL_SECRET"
 DEFAULT_SECRET_ARN_ENV = "TOOL_APPROVAL_SECRET_ARN"
+MIN_SECRET_BYTES = 32
+"""The shortest secret accepted, in UTF-8 bytes: the seeds' "at least 32 random bytes"."""
 
 
 def _b64url(data: bytes) -> str:
@@ -106,8 +112,19 @@ class ApprovalSecret:
         self._loader = loader
 
     def __repr__(self) -> str:
-        source = self.secret_id or self.env_var or "custom loader"
-        return f"ApprovalSecret(source={source!r})"
+        return f"ApprovalSecret(source={self._source()!r})"
+
+    def _secret_id(self) -> str | None:
+        """The Secrets Manager secret the value comes from, if it comes from one."""
+        if self._loader is not None:
+            return None
+        return self.secret_id or (os.environ.get(DEFAULT_SECRET_ARN_ENV) if self.env_var else None)
+
+    def _source(self) -> str:
+        """Where the value comes from, for messages (never the value)."""
+        if self._loader is not None:
+            return "the value given to ApprovalSecret"
+        return self._secret_id() or self.env_var or "custom loader"
 
     @classmethod
     def from_value(cls, value: str) -> ApprovalSecret:
@@ -118,7 +135,7 @@ class ApprovalSecret:
         """The secret, or None when none is configured (approvals are then unsigned)."""
         if self._loader is not None:
             return self._loader()
-        secret_id = self.secret_id or (os.environ.get(DEFAULT_SECRET_ARN_ENV) if self.env_var else None)
+        secret_id = self._secret_id()
         if secret_id:
             return read_secret(secret_id, max_age=self.max_age)
         if self.env_var:
@@ -130,9 +147,43 @@ class ApprovalSecret:
 
         Several secrets (one per line) let a rotation keep approvals issued under the old
         secret valid: put the new secret first and remove the old one once its approvals expired.
+        Raises :class:`~durable_harness.errors.ApprovalSecretError` when one is shorter than
+        :data:`MIN_SECRET_BYTES`: a short key would make signatures guessable, so it signs nothing.
         """
-        value = self.get()
-        return [k.strip() for k in value.splitlines() if k.strip()] if value else []
+        return self._keys_of(self.get())
+
+    def _keys_of(self, value: str | None) -> list[str]:
+        keys = [k.strip() for k in value.splitlines() if k.strip()] if value else []
+        for line, key in enumerate(keys, 1):
+            size = len(key.encode("utf-8", "surrogatepass"))
+            if size < MIN_SECRET_BYTES:
+                where = f"line {line} of " if len(keys) > 1 else ""
+                raise ApprovalSecretError(
+                    f"the approval secret ({where}{self._source()}) is {size} bytes; it must be at least "
+                    f"{MIN_SECRET_BYTES} random bytes (make one with: python -c "
+                    f"'import secrets; print(secrets.token_urlsafe(32))')"
+                )
+        return keys
+
+    def check(self) -> None:
+        """Read the secret now (at start-up) so that a bad one stops the server, not its first approval.
+
+        Raises :class:`~durable_harness.errors.ApprovalSecretError` for a secret under
+        :data:`MIN_SECRET_BYTES` and :class:`~durable_harness.errors.SecretError` for a Secrets
+        Manager secret that does not exist or may not be read. A Secrets Manager secret is read
+        without the cache (and without boto3: a lite client in Lambda); when Secrets Manager cannot
+        be reached right now, that is logged and the secret is checked when it is first used.
+        """
+        secret_id = self._secret_id()
+        if secret_id is None:
+            self.keys()
+            return
+        try:
+            value = read_secret_uncached(secret_id)
+        except SecretUnavailableError as exc:
+            logger.warning("approval secret not checked at start-up (%s); it is checked when first used", exc)
+            return
+        self._keys_of(value)
 
     def sign(self, approval_id: str, tool_call_id: str, tool_name: str, tool_input: Any) -> str | None:
         """The signature of an approval request, or None without a secret."""

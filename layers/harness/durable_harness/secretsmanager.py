@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .errors import RetryableError, SecretError, SecretUnavailableError
 
-__all__ = ["DEFAULT_MAX_AGE", "read_secret"]
+__all__ = ["DEFAULT_MAX_AGE", "read_secret", "read_secret_uncached"]
 
 DEFAULT_MAX_AGE = 300
 """Seconds a secret's value is cached before it is read again."""
@@ -29,21 +29,36 @@ def read_secret(secret_id: str, *, max_age: int = DEFAULT_MAX_AGE) -> str:
     try:
         value = get_secret(secret_id, max_age=max_age)
     except Exception as exc:
-        raise _read_failure(secret_id, exc) from exc
+        # Powertools raises GetParameterError(str(error)) inside its ``except`` block: the botocore
+        # error it replaces is the new exception's context.
+        cause = exc.__cause__ or exc.__context__ or exc
+        raise _read_failure(secret_id, cause if isinstance(cause, Exception) else exc) from exc
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _read_failure(secret_id: str, exc: Exception) -> SecretError | SecretUnavailableError:
+def read_secret_uncached(secret_id: str) -> str:
+    """The string value of ``secret_id`` read now, through the harness's AWS client (a lite one in
+    Lambda): for a start-up check, which must not cost a function's cold start boto3's import.
+    Raises the same errors as :func:`read_secret`; the value is not cached."""
+    from .aws.runtime import client_for
+
+    try:
+        response = client_for("secretsmanager").get_secret_value(SecretId=secret_id)
+    except Exception as exc:
+        raise _read_failure(secret_id, exc) from exc
+    value = response.get("SecretString")
+    if value is None:
+        binary = response.get("SecretBinary", b"")
+        value = binary.decode() if isinstance(binary, bytes) else str(binary)
+    return str(value)
+
+
+def _read_failure(secret_id: str, cause: Exception) -> SecretError | SecretUnavailableError:
     """The domain error of a failed read, classified like every other AWS request of the library."""
     from botocore.exceptions import ClientError
 
     from .aws._errors import error_code, translate
 
-    # Powertools raises GetParameterError(str(error)) inside its ``except`` block: the botocore
-    # error it replaces is the new exception's context.
-    cause = exc.__cause__ or exc.__context__ or exc
-    if not isinstance(cause, Exception):
-        cause = exc
     code = (error_code(cause) if isinstance(cause, ClientError) else "") or type(cause).__name__
     if isinstance(translate(cause, "GetSecretValue"), RetryableError):
         return SecretUnavailableError(secret_id, code)

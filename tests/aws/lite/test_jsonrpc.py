@@ -101,3 +101,24 @@ def test_accepted_arguments_are_botocore_models() -> None:
         assert members == set(model.operation_model(operation).input_shape.members), operation
     events = boto3.client("events", region_name=REGION).meta.service_model
     assert set(events.operation_model("PutEvents").input_shape.members) - {"EndpointId"} == jsonrpc._PUT_EVENTS
+
+
+def test_get_secret_value(make_lite: Callable[[str], Any]) -> None:
+    """A string and a binary secret as boto3 gives them (bytes decoded, dates tz-aware); errors alike."""
+    from durable_harness.aws.lite import jsonrpc
+
+    boto, lite = boto3.client("secretsmanager", region_name=REGION), make_lite("secretsmanager")
+    text = boto.create_secret(Name="text", SecretString="a" * 40)["ARN"]
+    binary = boto.create_secret(Name="binary", SecretBinary=b"\x00\xffkey")["ARN"]
+    for arn in (text, binary, "text"):
+        assert without_metadata(lite.get_secret_value(SecretId=arn)) == without_metadata(
+            boto.get_secret_value(SecretId=arn)
+        )
+    assert lite.get_secret_value(SecretId=binary)["SecretBinary"] == b"\x00\xffkey"
+    missing = f"arn:aws:secretsmanager:{REGION}:123456789012:secret:nowhere-AbCdEf"
+    # The error as botocore has it (the lite client keeps the body's unmodeled `message` as well).
+    assert error_of(lambda: lite.get_secret_value(SecretId=missing))["Error"] == error_of(
+        lambda: boto.get_secret_value(SecretId=missing)
+    )["Error"]
+    model = boto.meta.service_model.operation_model("GetSecretValue")
+    assert set(model.input_shape.members) == jsonrpc._GET_SECRET_VALUE

@@ -20,9 +20,10 @@ export const STATIC_INDEX = path.join(REPO_ROOT, 'layers', 'harness', 'durable_h
 /** Bounded waits: every DOM wait in these tests gives up after this long. */
 export const WAIT_MS = 20_000;
 
-export function checkPrerequisites() {
+/** What the tests need; `page: false` for a test that does not load the built chat page. */
+export function checkPrerequisites({ page = true } = {}) {
   const missing = [];
-  if (!existsSync(STATIC_INDEX)) missing.push(`the built page (${path.relative(REPO_ROOT, STATIC_INDEX)}): run \`make web\``);
+  if (page && !existsSync(STATIC_INDEX)) missing.push(`the built page (${path.relative(REPO_ROOT, STATIC_INDEX)}): run \`make web\``);
   if (!existsSync(CHROMIUM)) missing.push(`${CHROMIUM}: \`apt-get install -y chromium\``);
   if (!existsSync(PYTHON)) missing.push(`${PYTHON}: run \`make setup\``);
   if (missing.length) throw new Error(`browser tests need:\n  ${missing.join('\n  ')}`);
@@ -32,7 +33,7 @@ export function checkPrerequisites() {
 // The Python server
 // ---------------------------------------------------------------------------------------------
 
-async function freePort() {
+export async function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.unref();
@@ -45,12 +46,14 @@ async function freePort() {
 }
 
 /**
- * `python -m durable_harness serve` (default agent: my_agent with the demo model) on a free port,
- * a fresh data dir and a fresh NOTES_DIR; resolves once GET /health answers 200.
+ * `python -m durable_harness serve` (default agent: my_agent with the demo model; `agent` names
+ * another) on a free port, a fresh data dir and a fresh NOTES_DIR; resolves once GET /health
+ * answers 200. `port` and `dataDir` start it where another one was (a restart on the same data:
+ * the caller then owns the data dir, which `stop()` leaves); `kill()` SIGKILLs it.
  */
-export async function startServer({ demoDelay = 0.02, env = {}, attempts = 150 } = {}) {
-  const port = await freePort();
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'dh-browser-'));
+export async function startServer({ demoDelay = 0.02, env = {}, attempts = 150, agent, port: fixedPort, dataDir: fixedDataDir } = {}) {
+  const port = fixedPort ?? await freePort();
+  const dataDir = fixedDataDir ?? mkdtempSync(path.join(os.tmpdir(), 'dh-browser-'));
   const notesDir = path.join(dataDir, 'notes');
   const args = [
     '-m', 'durable_harness', 'serve',
@@ -59,6 +62,7 @@ export async function startServer({ demoDelay = 0.02, env = {}, attempts = 150 }
     '--data-dir', dataDir,
     '--demo-delay', String(demoDelay),
     '--log-level', 'warning',
+    ...(agent ? ['--agent', agent] : []),
   ];
   const child = spawn(PYTHON, args, {
     cwd: REPO_ROOT,
@@ -85,6 +89,7 @@ export async function startServer({ demoDelay = 0.02, env = {}, attempts = 150 }
   const base = `http://127.0.0.1:${port}`;
   const server = {
     base,
+    port,
     dataDir,
     notesDir,
     logs: () => output,
@@ -96,7 +101,14 @@ export async function startServer({ demoDelay = 0.02, env = {}, attempts = 150 }
           await exitPromise;
         }
       }
-      rmSync(dataDir, { recursive: true, force: true });
+      if (fixedDataDir == null) rmSync(dataDir, { recursive: true, force: true });
+    },
+    /** SIGKILL the server's process group (a crash); resolves once it is gone, the data dir kept. */
+    async kill() {
+      if (exited == null) {
+        try { process.kill(-child.pid, 'SIGKILL'); } catch { /* gone */ }
+      }
+      return exitPromise;
     },
   };
   let last = 'no attempt';
@@ -211,6 +223,9 @@ export function readPage(page) {
       tools: [...article.querySelectorAll('[data-part="tool"]')].map((card) => ({
         name: card.dataset.tool,
         state: card.dataset.state,
+        stopped: card.dataset.stopped === 'true',
+        label: card.querySelector('[data-testid="tool-state"]')?.textContent,
+        note: card.querySelector('.tool-card__note')?.textContent,
         output: card.querySelector('.tool-card__output pre')?.textContent,
       })),
     }));
@@ -227,12 +242,15 @@ export function readPage(page) {
   });
 }
 
-/** Wait until `predicate(state)` holds for the page state (see readPage), polling on DOM changes. */
-export async function waitForPage(page, predicate, description, timeout = WAIT_MS) {
+/**
+ * Wait until `predicate(state)` holds for the page state (see readPage; `read` reads another page's),
+ * polling on DOM changes.
+ */
+export async function waitForPage(page, predicate, description, timeout = WAIT_MS, read = readPage) {
   const deadline = Date.now() + timeout;
   let state;
   for (;;) {
-    state = await readPage(page);
+    state = await read(page);
     if (predicate(state)) return state;
     const left = deadline - Date.now();
     if (left <= 0) {

@@ -156,7 +156,7 @@ test('Stop cancels the run on the server: its stream ends and nothing resumes af
   );
   const { runId } = JSON.parse(midway.storedRun);
   await page.getByRole('button', { name: 'Stop' }).click();
-  const stopped = await waitForPage(page, (s) => s.status === 'ready' && s.storedRun == null, 'the stream ended');
+  const stopped = await waitForPage(page, (s) => s.status === 'stopped' && s.storedRun == null, 'the stream ended, stopped');
   const run = await (await fetch(`${server.base}/api/runs/${runId}`)).json();
   assert.equal(run.status, 'cancelled');
   assert.ok(wordCount(stopped.assistants[0].text) < 40, 'the reply was cut short');

@@ -321,6 +321,39 @@ export function recordingFetch({ cut, rewrite } = {}) {
   return { fetch: wrapped, requests };
 }
 
+/**
+ * A fetch that records every request and holds GETs while `hold()` is in force. `answered()`
+ * waits until no request is waiting for its response headers: a kill then cuts a stream (which
+ * the transport resumes) rather than a request (a refused GET fails the chat, §9.4).
+ */
+export function holdingFetch() {
+  const rec = recordingFetch();
+  let gate = Promise.resolve();
+  let open = () => {};
+  let waiting = 0;
+  return {
+    requests: rec.requests,
+    hold() { gate = new Promise((resolve) => { open = resolve; }); },
+    release() { open(); },
+    async answered(timeoutMs = 20000) {
+      const deadline = Date.now() + timeoutMs;
+      while (waiting > 0) {
+        if (Date.now() > deadline) throw new Error('timed out waiting for the response headers');
+        await sleep(5);
+      }
+    },
+    fetch: async (input, init = {}) => {
+      if ((init.method ?? 'GET').toUpperCase() === 'GET') await gate;
+      waiting++;
+      try {
+        return await rec.fetch(input, init);
+      } finally {
+        waiting--;
+      }
+    },
+  };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the real client
 // ---------------------------------------------------------------------------------------------
@@ -426,6 +459,18 @@ export async function assembleMessage(chunks) {
 /** A user-visible summary of a message's parts, for assertion messages. */
 export function describeParts(message) {
   return JSON.stringify(message?.parts?.map((p) => ({ ...p, text: p.text?.length > 40 ? `${p.text.slice(0, 40)}…` : p.text })), null, 1);
+}
+
+/**
+ * Wait until `predicate()` holds, checking every `intervalMs`; throws after `timeoutMs` (generous:
+ * a loaded machine is slow, and a condition that holds returns at once).
+ */
+export async function waitFor(predicate, { timeoutMs = 20000, intervalMs = 10, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(intervalMs);
+  }
 }
 
 /** `wrun_` + 26 chars of [0-9a-z], never issued by the server. */

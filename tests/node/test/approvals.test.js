@@ -13,9 +13,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { lastAssistantMessageIsCompleteWithApprovalResponses } from 'ai';
 import { signToolApproval } from 'ai/internal';
 
-import { Chat, describeParts, makeTransport, recordingFetch, startServer } from '../lib/helpers.js';
+import { Chat, describeParts, makeTransport, recordingFetch, startServer, waitFor } from '../lib/helpers.js';
 
-const SECRET = 'topsecret';
+const SECRET = 'topsecret-0123456789abcdefghijklmn';
+const REFERENCE_SECRET = 'topsecret'; // the secret of the reference's signature vectors
 const RUN_ID = /^wrun_[0-9a-z]{26}$/;
 const T = { timeout: 20000 };
 
@@ -64,14 +65,6 @@ const VECTORS = [
 // -------------------------------------------------------------------------------------------------
 // Driving the real Chat through an approval round trip
 // -------------------------------------------------------------------------------------------------
-
-async function waitFor(predicate, { timeoutMs = 15000, intervalMs = 10, what = 'condition' } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(intervalMs);
-  }
-}
 
 /** Every file in NOTES_DIR with its content. */
 function notes() {
@@ -204,8 +197,8 @@ function postedPart(body) {
 describe('0. the signer used by these tests', () => {
   it('matches the §11 test vectors and the SDK\'s own signToolApproval', T, async () => {
     for (const [approvalId, toolCallId, toolName, input, signature] of VECTORS) {
-      assert.equal(sign(SECRET, approvalId, toolCallId, toolName, input), signature, approvalId);
-      assert.equal(await signToolApproval({ secret: SECRET, approvalId, toolCallId, toolName, input }), signature, `SDK ${approvalId}`);
+      assert.equal(sign(REFERENCE_SECRET, approvalId, toolCallId, toolName, input), signature, approvalId);
+      assert.equal(await signToolApproval({ secret: REFERENCE_SECRET, approvalId, toolCallId, toolName, input }), signature, `SDK ${approvalId}`);
     }
   });
 });

@@ -17,6 +17,7 @@ import {
   recordingFetch,
   runChatTurn,
   startStackServer,
+  waitFor,
   withCapturedConsole,
 } from '../lib/helpers.js';
 
@@ -53,7 +54,7 @@ async function runStatus(runId) {
 
 /** Poll the run API until the run has ended (the finalizer may still be writing after `finish`). */
 async function finishedStatus(runId) {
-  const deadline = Date.now() + 10000;
+  const deadline = Date.now() + 20000;
   for (;;) {
     const status = await runStatus(runId);
     if (status.status === 'finished' || Date.now() > deadline) return status;
@@ -125,7 +126,10 @@ describe('a. a tool turn streamed from the state machine over several slices', (
     assert.equal(status.status, 'finished');
     assert.ok(status.slices >= 2, `slices: ${status.slices}`); // a slice per step
     assert.equal(status.chunkCount, chunks.length);
-    // The chat function ran the first slice; the slice function the others.
+    // The chat function ran the first slice; the slice function the others. Each of those logs
+    // "slice done" after its slice committed, so the run may be finished before the last line is
+    // written: wait for the lines the run's state says there must be, then check there is no other.
+    await waitFor(() => sliceDoneLines(server, r.runId).length >= status.slices - 1, { what: `${status.slices - 1} "slice done" lines` });
     assert.equal(sliceDoneLines(server, r.runId).length, status.slices - 1);
 
     // Replay by run id from 0 with the real transport: the same chunks, the same message.

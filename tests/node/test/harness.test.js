@@ -5,21 +5,23 @@
 // Faults come from tests/harness/faulty_notes.py, which wraps the same program's output.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 
 import { lastAssistantMessageIsCompleteWithApprovalResponses } from 'ai';
 import { signToolApproval } from 'ai/internal';
 
-import { Chat, collectChunks, createChat, describeParts, makeTransport, recordingFetch, sendTurn, startServer } from '../lib/helpers.js';
+import { Chat, collectChunks, createChat, describeParts, makeTransport, recordingFetch, sendTurn, startServer, waitFor } from '../lib/helpers.js';
 
-const SECRET = 'harness-secret';
+const SECRET = 'harness-secret-0123456789abcdefghij';
 const T = { timeout: 30000 };
 const LONG = 'Run a long task in 4 parts';
 
 let notesDir;
+let faultDir;
+let stepLog;
+let sessionLog;
 const servers = {};
 
 /** A server whose agent is `tests.harness.agents:<name>`. */
@@ -31,31 +33,51 @@ async function serve(name, env = {}) {
 
 before(async () => {
   notesDir = mkdtempSync(path.join(os.tmpdir(), 'dh-node-harness-notes-'));
-  [servers.example, servers.kills, servers.ignores, servers.invalid] = await Promise.all([
-    serve('example'), serve('kills_mid_step'), serve('ignores_stop'), serve('invalid_output'),
+  faultDir = mkdtempSync(path.join(os.tmpdir(), 'dh-node-harness-faults-'));
+  stepLog = path.join(faultDir, 'steps.log');
+  sessionLog = path.join(faultDir, 'session-steps.log');
+  [servers.example, servers.kills, servers.ignores, servers.invalid, servers.persistent] = await Promise.all([
+    serve('example', { STEP_LOG: stepLog }), serve('kills_mid_step', { FAULT_DIR: faultDir }), serve('ignores_stop'),
+    serve('invalid_output'), serve('persistent', { STEP_LOG: sessionLog, STEP_SECONDS: '3' }),
   ]);
 }, { timeout: 60000 });
 
 after(async () => {
+  await destroySessions(servers.persistent);
   await Promise.all(Object.values(servers).map((s) => s?.stop()));
   if (notesDir) rmSync(notesDir, { recursive: true, force: true });
+  if (faultDir) rmSync(faultDir, { recursive: true, force: true });
 });
 
 const types = (chunks) => chunks.map((c) => c.type);
-const parts = (message) => JSON.parse(JSON.stringify(message.parts));
 
-async function waitFor(predicate, { timeoutMs = 20000, what = 'condition' } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
+/** [pid, step] for each step the program noted in its STEP_LOG. */
+const logged = (file) => (existsSync(file) ? readFileSync(file, 'utf8').trim().split('\n').filter(Boolean) : [])
+  .map((line) => [Number(line.split(' ')[0]), line.split(' ').slice(1).join(' ')]);
+
+/** The bridges a server's persistent sessions run in (their pids, from its data folder's registry). */
+function bridgePids(server) {
+  const folder = path.join(server.dataDir, 'sessions', 'bridges');
+  if (!existsSync(folder)) return [];
+  return readdirSync(folder).filter((f) => f.endsWith('.json'))
+    .map((f) => JSON.parse(readFileSync(path.join(folder, f), 'utf8')).pid)
+    .filter((pid) => { try { process.kill(pid, 0); return true; } catch { return false; } });
 }
 
-/** One turn with the real client; the run's status from the run API. */
-async function turn(server, text) {
+/** End every session bridge of the server (SIGTERM: the bridge destroys its program) and wait for them. */
+async function destroySessions(server) {
+  if (!server) return;
+  for (const pid of bridgePids(server)) process.kill(pid, 'SIGTERM');
+  await waitFor(() => bridgePids(server).length === 0, { what: 'the session bridges to end', timeoutMs: 20000 });
+}
+const parts = (message) => JSON.parse(JSON.stringify(message.parts));
+
+/** One turn with the real client (`whileRunning(ctx)` acts on it mid-turn); the run's status from the run API. */
+async function turn(server, text, { whileRunning } = {}) {
   const ctx = createChat({ base: server.base });
-  const result = await sendTurn(ctx, text);
+  const sent = sendTurn(ctx, text);
+  await whileRunning?.(ctx);
+  const result = await sent;
   assert.equal(result.status, 'ready', `turn status (error: ${result.error?.stack ?? result.error})`);
   const status = await (await fetch(`${server.base}/api/runs/${result.runId}`)).json();
   return { ...result, runStatus: status, chunks: result.requests.flatMap((q) => q.chunks) };
@@ -80,6 +102,8 @@ describe('a harness program as the agent', () => {
     const replayed = await replay(servers.example, reference.runId);
     assert.deepEqual(replayed, reference.chunks, 'GET replay == live stream, chunk for chunk');
     assert.ok(!types(replayed).includes('reset-step'));
+    // after `stop` the program finishes its step, recorded: each step ran once across the slices
+    assert.deepEqual(logged(stepLog).map(([, step]) => step), ['work 1', 'work 2', 'work 3', 'work 4']);
   });
 
   it('a host tool (get_weather, defined in the agent file) runs on the server and its result reaches the program', T, async () => {
@@ -92,7 +116,20 @@ describe('a harness program as the agent', () => {
   });
 
   it('a program killed mid-step resumes from its checkpoint with reset-step; the message equals an uninterrupted run\'s', T, async () => {
-    const cut = await turn(servers.kills, LONG);
+    // The fault follows what the client saw: once the second step's call is shown, the program
+    // (waiting mid-step, see tests/harness/faulty_notes.py) is SIGKILLed, as tests.harness.agents.kill_mid_step does.
+    const cut = await turn(servers.kills, LONG, {
+      whileRunning: async (ctx) => {
+        const shown = () => ctx.requests.flatMap((q) => q.chunks)
+          .some((c) => c.type === 'tool-input-available' && c.toolCallId === 'call_work_2');
+        await waitFor(() => shown() || ctx.info.finishEvent !== undefined, { what: 'call_work_2 shown' });
+        assert.ok(shown(), `the second step's call was shown (status ${ctx.chat.status})`);
+        const file = (kind) => path.join(faultDir, `kill-mid-step-${ctx.info.runId}.${kind}`);
+        const pid = Number(readFileSync(file('pid'), 'utf8'));
+        writeFileSync(file('killed'), '');
+        process.kill(pid, 'SIGKILL');
+      },
+    });
     assert.equal(cut.runStatus.status, 'finished');
     assert.equal(types(cut.chunks).filter((t) => t === 'reset-step').length, 1, types(cut.chunks).join(','));
     assert.deepEqual(parts(cut.message), parts(reference.message));
@@ -254,5 +291,20 @@ describe('a Pydantic AI agent as the agent', () => {
     const { done } = await tidyUp(report);
     assert.equal(done.status, 'finished');
     assert.deepEqual(done.output, { removed: ['beta'], in_stock: ['alpha'] });
+  });
+});
+
+describe('a harness program in a persistent session', () => {
+  it('a step that takes three slices completes in one process; nothing is redone, no reset-step', { timeout: 60000 }, async () => {
+    const run = await turn(servers.persistent, 'Run a long task in 2 parts');
+    assert.equal(run.runStatus.status, 'finished');
+    assert.ok(run.runStatus.slices >= 6, `slices: ${run.runStatus.slices}`);
+    assert.deepEqual(logged(sessionLog).map(([, step]) => step), ['work 1', 'work 2']);
+    assert.equal(new Set(logged(sessionLog).map(([pid]) => pid)).size, 1, 'one process served every slice');
+    assert.ok(!types(run.chunks).includes('reset-step'));
+    assert.equal(run.message.parts.at(-1).text, 'All 2 parts are done.');
+    const replayed = await replay(servers.persistent, run.runId);
+    assert.deepEqual(replayed, run.chunks, 'GET replay == live stream, chunk for chunk');
+    assert.ok(bridgePids(servers.persistent).length === 1, 'the session stays for the next turn');
   });
 });

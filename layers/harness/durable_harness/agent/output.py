@@ -10,7 +10,9 @@ with every model call) and how the last step's text becomes the run's result::
 
 The wire shapes (``elements``, ``result``) are the AI SDK's, so a prompt or a provider setting
 that works with ``Output.array`` / ``Output.choice`` there works here. An answer that does not
-parse raises :class:`~durable_harness.errors.OutputError` (the run fails with a clear message).
+parse raises :class:`~durable_harness.errors.OutputError` (the run fails with a clear message). Only
+a last step that called no tools is parsed (seed 003): a turn that ends on a tool step (a stop
+condition, the token budget, a client-side tool, an approval) has no output, and does not fail.
 """
 
 from __future__ import annotations

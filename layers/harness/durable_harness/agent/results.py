@@ -48,7 +48,8 @@ class TurnResult(WireModel):
     text: str
     """The last step's text."""
     output: JSONValue = None
-    """The structured output (see ``Output``), when the agent has one and the turn did not pause."""
+    """The structured output (see ``Output``), when the agent has one and the turn's last step called
+    no tools (a turn that paused or ended on a tool step has none)."""
     finish_reason: str
     total_usage: Usage
     steps: list[StepRecord] = Field(default_factory=list)

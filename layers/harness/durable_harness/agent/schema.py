@@ -4,10 +4,15 @@ Tools usually take a pydantic model; a tool given a plain JSON schema is checked
 keywords models actually produce mistakes against: ``type``, ``properties``, ``required``,
 ``additionalProperties: false``, ``enum``, ``const``, ``items``, string and number bounds, and
 ``anyOf`` / ``oneOf``. Unknown keywords are ignored (accepted), never guessed at.
+
+Before it is checked, the input gets the schema's defaults (:func:`with_defaults`), as seed 000's
+``ValidateSerializableToolInput`` does: the defaulted value is what the tool receives, as a
+pydantic tool receives its model's defaults.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -66,3 +71,33 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str = "input") -> li
         if "maximum" in schema and value > schema["maximum"]:
             errors.append(f"{path}: greater than {schema['maximum']}")
     return errors
+
+
+def with_defaults(value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` with the schema's ``default`` of every property it lacks, at every depth.
+
+    An object gets each missing property that declares a ``default`` (a copy of it; a property
+    present, even as ``null``, is kept), so a required property with a default is no longer missing
+    and one without stays missing for :func:`schema_errors` to report. Present and defaulted
+    properties get their own defaults in turn, and so does each item of an array under ``items``.
+    ``value`` itself is not changed (the model's call keeps its own input). As in ``ajv``'s
+    ``useDefaults``, the branches of ``anyOf`` / ``oneOf`` add nothing: which one applies is not
+    known before validation.
+    """
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        if not isinstance(properties, dict):
+            return dict(value)
+        out = dict(value)
+        for name, sub in properties.items():
+            if name not in out and isinstance(sub, dict) and "default" in sub:
+                out[name] = copy.deepcopy(sub["default"])
+        for name, item in out.items():
+            sub = properties.get(name)
+            if isinstance(sub, dict):
+                out[name] = with_defaults(item, sub)
+        return out
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):
+        return [with_defaults(item, items) for item in value]
+    return value

@@ -133,7 +133,9 @@ class StepFunctionsHandover:
         """Fail the task: the state machine's catch runs the slice function at once."""
         token = self._token(run_id, self._token_wait)
         self.forget(run_id)
-        if token is not None:
+        if token is None:
+            logger.warning("run %s: no task token after %.0f s; the state machine takes over", run_id, self._token_wait)
+        else:
             error = "ChatSliceFailed"
             self._send(run_id, "failure", lambda: self._sfn.send_task_failure(taskToken=token, error=error,
                                                                               cause=reason[:1000]))  # fmt: skip

@@ -19,6 +19,9 @@ Environment (set by the SAM template):
                        (default: a third of it); each run's is jittered down by up to a fifth
 ``INLINE_FIRST_SLICE``  ``0`` when the chat function leaves every slice to the slice function
                        (read here only for when the Step Functions client is made; see below)
+``SESSION_RUNTIME``    ``none`` (default) or ``agentcore``: persistent harness sessions run in
+                       the AgentCore runtime ``AGENTCORE_RUNTIME_ARN`` (its session transport,
+                       ``harness/bridge/agentcore.py``, is installed here)
 =====================  ===========================================================
 
 Clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so they are
@@ -49,6 +52,7 @@ from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher
 from .handover import StepFunctionsHandover
 from .stepfunctions import StepFunctionsOrchestrator
+from .waits import StepFunctionsWaker
 
 if TYPE_CHECKING:
     import boto3
@@ -112,6 +116,8 @@ class AwsRuntime:
     events: EventPublisher | None = None
     handover: StepFunctionsHandover | None = None
     """How the chat function hands the first slice it ran itself over to the state machine."""
+    waker: StepFunctionsWaker | None = None
+    """Wakes a parked run's execution when an event for it is delivered (:mod:`.waits`)."""
 
 
 def client_for(service: str, *, session: boto3.Session | None = None, region: str | None = None) -> Any:
@@ -137,6 +143,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
     ttl_seconds = _days(env, "RUN_TTL_DAYS", "30")
     retention = _days(env, "CHUNK_RETENTION_DAYS", "") if env.get("CHUNK_RETENTION_DAYS", "").strip() else None
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+    _install_session_transport(env)
 
     def client(service: str) -> Any:
         return client_for(service, session=session, region=region)
@@ -179,7 +186,25 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
             heartbeat_seconds=heartbeat,
             heartbeat_interval=interval,
         ),
+        waker=StepFunctionsWaker(client=sfn, dynamodb_client=dynamodb, table_name=table),
     )
+
+
+def _install_session_transport(env: Mapping[str, str]) -> None:
+    """With ``SESSION_RUNTIME=agentcore``, persistent sessions get the AgentCore transport (imported
+    only then: a stack without sessions does not pay for it at its cold start)."""
+    if env.get("SESSION_RUNTIME", "").strip() in ("", "none"):
+        return
+    from ..harness.bridge import transport
+
+    try:
+        transport.session_runtime(env)
+    except FatalError as exc:
+        raise AwsConfigError(str(exc)) from None
+    from ..harness.bridge.agentcore import RUNTIME_ARN_ENV, agentcore_factory
+
+    _required(env, RUNTIME_ARN_ENV, "the ARN of the AgentCore runtime of harness sessions")
+    transport.set_transport_factory(agentcore_factory(env))
 
 
 def _whole(env: Mapping[str, str], name: str, default: str) -> int:

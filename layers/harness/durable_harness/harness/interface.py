@@ -25,6 +25,11 @@ The rules the runner applies, the same for every harness:
   ``awaiting_tool_approval``. No slice ends while approval requests are pending. The answer
   (a chat POST or the run API) is verified by the runner and starts a new run whose first slice
   continues the paused run's last checkpoint with :attr:`ContinueTurn.continuation`.
+* A :class:`Wait` event parks the run (decision D16): it follows a checkpoint (not
+  ``deferrable``) that holds everything the turn needs to resume; the runner ends the slice with
+  status ``awaiting_event`` and a ``data-wait`` chunk per wait, and opens the turn again (a
+  :class:`ContinueTurn` of that checkpoint) once an event it waits for arrives or a deadline
+  passes. The turn reads the run's events through ``events`` (:class:`RunEvents`).
 * A ``finish`` part ends the turn; only a checkpoint may follow it (its ``output`` is the run's
   structured output). An ``error`` part fails the run with ``error`` + ``finish``.
 """
@@ -40,6 +45,7 @@ from ..messages import ModelMessage
 from ..protocol.harness_parts import HarnessStreamPart
 from ..protocol.ui_chunks import UIMessageChunk
 from ..protocol.wire import JSONValue
+from ..waits import Delivery, WaitSpec
 
 
 @dataclass(frozen=True)
@@ -61,10 +67,33 @@ class Checkpoint:
     state: JSONValue
     output: Any = None
     deferrable: bool = False
+    detach: bool = False
+    """End the slice here, also mid-step (a persistent session whose program goes on): the
+    next slice opens a ``ContinueTurn`` from this state."""
 
 
-HarnessEvent: TypeAlias = HarnessStreamPart | UIMessageChunk | Checkpoint
+@dataclass(frozen=True)
+class Wait:
+    """The turn parks until one of ``waits`` is due (an event arrived, or its deadline passed)."""
+
+    waits: tuple[WaitSpec, ...]
+
+
+HarnessEvent: TypeAlias = HarnessStreamPart | UIMessageChunk | Checkpoint | Wait
 """What a harness turn yields."""
+
+
+@runtime_checkable
+class RunEvents(Protocol):
+    """The run's external events, as the runner gives them to a turn (blocking calls: storage)."""
+
+    def event(self, name: str) -> Delivery | None:
+        """The run's event ``name`` (its ``payload``) if it was delivered, else None."""
+        ...
+
+    def url(self, tool_call_id: str, name: str, expires_at: float) -> str:
+        """A signed URL that accepts the event ``name`` for this run and call, until ``expires_at``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -125,6 +154,13 @@ class StartTurn:
     messages: list[ModelMessage]
     call_options: dict[str, Any] | None = None
     """The run's call options, as :meth:`Harness.parse_call_options` returned them."""
+    events: RunEvents | None = None
+    """The run's external events (None: the turn cannot wait for any)."""
+    session_state: JSONValue | None = None
+    """The state of the last checkpoint of the session's previous turn (None on a first turn)."""
+    budget_seconds: float | None = None
+    """The slice's time budget from when the turn is opened (None: no limit); a harness that can
+    end a slice mid-step yields a ``detach`` checkpoint when it is spent."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +179,11 @@ class ContinueTurn:
     continuation: Continuation | None = None
     call_options: dict[str, Any] | None = None
     """The run's call options (a continuation's may differ from the paused run's)."""
+    events: RunEvents | None = None
+    """The run's external events (None: the turn cannot wait for any)."""
+    budget_seconds: float | None = None
+    """The slice's time budget from when the turn is opened (None: no limit); a harness that can
+    end a slice mid-step yields a ``detach`` checkpoint when it is spent."""
 
     @property
     def approvals(self) -> tuple[ApprovalDecision, ...]:
@@ -182,6 +223,10 @@ class HarnessOptions:
     allow_system_in_messages: bool = False
     approval_secret: ApprovalSecret | None = None
     has_output: bool = False
+    replays_tail: bool = False
+    """After a slice died, the next re-yields exactly what it yielded after its last checkpoint
+    (a persistent session reads its program's lines again from the checkpoint's cursor): the
+    runner then matches that against the log instead of sending ``reset-step``."""
 
 
 @runtime_checkable
@@ -196,7 +241,9 @@ class HarnessTurn(Protocol):
         """End the slice at the slice point just reached; return one last checkpoint, or None.
 
         Called after the events' iterator yielded a checkpoint that follows ``finish-step``; no
-        more events are read afterwards.
+        more events are read afterwards, unless the turn has ``drains_after_stop = True``: then
+        the runner goes on reading and recording its events until its next slice point (the
+        slice ends there), its ``finish``, or the end of its events (its last checkpoint stands).
         """
         ...
 

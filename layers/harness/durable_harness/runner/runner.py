@@ -18,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import random
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
 from ..approvals import ApprovalSecret
-from ..errors import FatalError, FencedError, ModelError, OutputError, ProtocolError
+from ..errors import FatalError, FencedError, LogConflictError, ModelError, OutputError, ProtocolError
 from ..harness import interface as hi
 from ..ids import new_id, new_run_id
 from ..ledger import ApprovalLedger, approval_key
@@ -42,6 +44,7 @@ from ..protocol.ui_chunks import (
 )
 from ..storage.writer import ChunkWriter
 from ..telemetry import Telemetry, telemetry_from_env
+from ..waits import EventBook
 from .continuation import ContinuationResolver, turn_request
 from .progress import SliceProgress
 from .state import (
@@ -49,15 +52,23 @@ from .state import (
     ContinuationRecord,
     FinalResult,
     RunState,
+    StepMark,
     StreamContext,
     check_agent,
     checkpoint_of,
     foreign,
     pending_json,
     state_of,
+    waits_json,
 )
+from .tail import previous_turn_state, replayed_tail, write_chunks
+from .waiting import RunEventSource, due, park, resume_chunks
 
 logger = logging.getLogger(__name__)
+
+_FINALIZE_ATTEMPTS = 12
+_FINALIZE_BACKOFF_MAX = 1.0
+"""Seconds: the longest (mean) wait between two tries of a finalizer that was fenced off."""
 
 
 class Runner:
@@ -76,6 +87,8 @@ class Runner:
     by): every run this runner creates records it, and the runner drives, continues and answers the
     approvals of its own agent's runs only (:class:`~durable_harness.errors.OtherAgentError`
     otherwise). None (a program embedding the library) records none and drives any run.
+    ``public_url``: where the server is reached from outside, the base of the signed event URLs
+    tools hand out (``ctx.event_url``); by default ``PUBLIC_URL``, else URLs are paths.
     """
 
     def __init__(
@@ -91,6 +104,7 @@ class Runner:
         telemetry: Telemetry | None = None,
         checkpoint_grace: float | None = 1.0,
         agent_id: str | None = None,
+        public_url: str | None = None,
     ) -> None:
         self.agent = agent
         self.agent_id = agent_id
@@ -105,6 +119,8 @@ class Runner:
         self.ledger = ApprovalLedger(store)
         self.continuations = ContinuationResolver(store, self.ledger, self.approval_secret, agent_id=agent_id)
         self.telemetry = telemetry
+        self.events = EventBook(store)
+        self.public_url = public_url if public_url is not None else os.environ.get("PUBLIC_URL")
 
     @property
     def harness(self) -> hi.Harness:
@@ -146,7 +162,9 @@ class Runner:
         if continuation is not None:
             paused = self.load(continuation.paused_run_id)
             turn, session_id = paused.turn, session_id or paused.session_id
+        previous = None if continuation is not None else previous_turn_state(self.store, chat_id, run_id, self.agent_id)
         state = RunState(
+            session_state=previous,
             run_id=run_id,
             session_id=self.agent.create_session(session_id or chat_id),
             chat_id=chat_id,
@@ -177,13 +195,18 @@ class Runner:
         """The run's state as last checkpointed."""
         return state_of(self.store.load(run_id))
 
+    def due(self, state: RunState) -> bool:
+        """True when a run ``awaiting_event`` may go on (an awaited event came, or a deadline passed)."""
+        return due(self.events, state)
+
     async def run_slice(self, run_id: str, *, budget_seconds: float | None = None) -> RunState:
         """Run one time slice; ``budget_seconds=None`` runs until the turn pauses or ends."""
         started = time.monotonic()
         cp, state, count = await asyncio.to_thread(self._begin_slice, run_id)
         if count is None:
-            await self._complete_tail(cp, state)
-            return state
+            if state.terminal:
+                await self._complete_tail(cp, state)
+            return state  # ended, or parked and not due: nothing to do
         translator = self._translator(state)
         writer = ChunkWriter(
             self.log,
@@ -194,26 +217,39 @@ class Runner:
             flush_burst=self.flush_burst,
             on_commit=self.on_commit,
         )
-        replay = await self._reset_if_interrupted(state, count, translator, writer)
+        tail = await replayed_tail(self.log, self.options, state, count)
+        replay = tail is None and await self._reset_if_interrupted(state, count, translator, writer)
         progress = SliceProgress(self.store, cp, state, translator, writer, grace=self.checkpoint_grace)
         state.slices += 1
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
-        turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
-        _write(writer, translator.start(state.message_id))
+        left = None if budget_seconds is None else max(0.0, budget_seconds - (time.monotonic() - started))
+        events = RunEventSource(self.events, self.approval_secret, run_id, self.public_url)
+        session = self.agent.create_session(state.session_id)
+        turn = self.agent.open(turn_request(state, session, replay, events, left))
+        state.session_state = None  # the turn has it; the first checkpoint no longer needs it
+        state.slice_times.append((writer.end, round(time.time(), 3)))
+        write_chunks(writer, tail, translator.start(state.message_id))
+        if state.waits:  # a parked run resumes: its data-wait parts say so
+            write_chunks(writer, tail, resume_chunks(state))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
                 if not decision.approved:
-                    _write(writer, translator.translate(ToolOutputDeniedChunk(tool_call_id=decision.tool_call_id)))
+                    denied = ToolOutputDeniedChunk(tool_call_id=decision.tool_call_id)
+                    write_chunks(writer, tail, translator.translate(denied))
         final: list[UIMessageChunk] = []
         finish_part: hp.FinishPart | None = None
         output: Any = None
         slice_point = False  # the last event was a finish-step: a checkpoint now may end the slice
+        stopping = False  # stop was called on a turn that drains: the next slice point ends the slice
         longest_step, step_began = 0.0, time.monotonic()
         try:
             async for event in turn.events():
                 observer.event(event)
                 if isinstance(event, hi.Checkpoint):
+                    if event.detach and finish_part is None:  # the harness goes on without this slice
+                        await progress.save(event.state)
+                        return state
                     if finish_part is not None:  # after `finish`: the turn's last state and output
                         state.turn, output = event.state, event.output
                         continue
@@ -225,13 +261,22 @@ class Runner:
                     if slice_point and not state.pending_approvals:  # a pausing turn goes on to its finish
                         now = time.monotonic()
                         longest_step, step_began = max(longest_step, now - step_began), now
+                        if stopping:  # the harness went on to this slice point after stop
+                            return state
                         if budget_seconds is not None and now - started + longest_step >= budget_seconds:
                             last = await turn.stop()
                             if last is not None:
                                 await progress.save(last.state)
-                            return state
+                            if not getattr(turn, "drains_after_stop", False):
+                                return state
+                            stopping = True  # record what it writes up to its next slice point
                     slice_point = False
                     continue
+                if isinstance(event, hi.Wait):
+                    write_chunks(writer, tail, park(state, event))  # after the checkpoint the turn resumes from
+                    state.stream = StreamContext(translator=translator.state, chunk_count=writer.end)
+                    await progress.commit()
+                    return state
                 if finish_part is not None:
                     raise ProtocolError(f"The harness sent a {event.type!r} part after 'finish'.")
                 chunks = translator.translate(event)
@@ -241,10 +286,15 @@ class Runner:
                     continue
                 if isinstance(event, hp.ToolApprovalRequestPart):
                     self._note_approval(state, translator, event)
-                _write(writer, chunks)
+                _mark_times(state, writer, chunks)
+                write_chunks(writer, tail, chunks)
+                if isinstance(event, hp.FinishStepPart):
+                    state.steps.append(_step_mark(event))
                 if isinstance(event, hp.ErrorPart):
                     raise ModelError(chunks[0].error_text if chunks else "model error")  # type: ignore[union-attr]
                 slice_point = isinstance(event, hp.FinishStepPart)
+            if finish_part is None and stopping:  # it ended after stop: its last checkpoint stands
+                return state
             if finish_part is None:
                 raise FatalError("the harness's stream ended without a 'finish' part")
             state.status = "awaiting_tool_approval" if state.pending_approvals else "finished"
@@ -281,17 +331,33 @@ class Runner:
         failure) and ``finish``. A run that already ended is only repaired, never changed. A
         cancelled run's harness is told through ``on_cancel``.
         """
-        for _ in range(10):
+        return (await self.finalize_once(run_id, status=status, error=error))[0]
+
+    async def finalize_once(
+        self,
+        run_id: str,
+        *,
+        status: Literal["failed", "cancelled"] = "failed",
+        error: str | None = None,
+    ) -> tuple[RunState, bool]:
+        """:meth:`finalize`, and whether this call ended the run (False: it had ended already, by
+        itself or by another finalizer), so that an end is announced once."""
+        for attempt in range(_FINALIZE_ATTEMPTS):
+            if attempt:
+                # Fenced: a slice checkpointed, or another finalizer (a concurrent cancel) claimed the
+                # run. Claiming again at once would fence that one off in turn, and so on; waiting a
+                # little (jittered, growing) lets it commit, and the next look finds the run ended.
+                await asyncio.sleep(random.uniform(0.5, 1.5) * min(_FINALIZE_BACKOFF_MAX, 0.02 * 2**attempt))
             cp = await asyncio.to_thread(self.store.load, run_id)
             state = state_of(cp)
             if state.terminal:
                 await self._complete_tail(cp, state)
-                return state
+                return state, False
             try:
                 cp = await asyncio.to_thread(self.store.claim, run_id, cp.version)
                 count = await asyncio.to_thread(self.log.open, run_id, cp.epoch)
             except FencedError:
-                continue  # a slice checkpointed meanwhile: look again
+                continue  # the run changed meanwhile: look again
             translator = self._translator(state)
             await self._note_tail(state, count, translator)
             closing: list[UIMessageChunk] = list(translator.start(state.message_id))
@@ -304,14 +370,20 @@ class Runner:
             try:
                 state = await self._commit_terminal(progress, closing)
             except FencedError:
-                continue
+                if progress.cp.version == cp.version:
+                    continue  # fenced before its terminal checkpoint: look again
+                # Its terminal checkpoint is in (this call ended the run); a concurrent finalizer that
+                # found the log short claimed the run to append the tail. It is complete, or soon is.
+                await self._complete_tail(progress.cp, state)
             if status == "cancelled":
                 await self.notify_cancel(state)
-            return state
+            return state, True
         raise FencedError(f"run {run_id}: could not finalize, the run keeps changing")
 
     def result(self, state: RunState) -> dict[str, Any]:
-        """The run's result (JSON): the harness's account of its turn, with what the runner knows."""
+        """The run's result (JSON): the harness's account of its turn, with what the runner knows
+        (``text``, ``steps`` and ``responseMessages`` from the run's log when the harness gives none;
+        reads the log, so call it off the event loop)."""
         result: dict[str, Any] = {}
         final = state.final_result
         if final is not None:
@@ -319,8 +391,15 @@ class Runner:
             result["totalUsage"] = {"inputTokens": final.input_tokens, "outputTokens": final.output_tokens}
         if state.status == "awaiting_tool_approval":
             result["pendingApprovals"] = pending_json(state)
+        if state.status == "awaiting_event":
+            result["waitingFor"] = waits_json(state)
         if not foreign(state.agent, self.agent_id):  # another harness's turn state is not this one's to read
             result.update(self.agent.run_result(state.turn))
+        from .result import RECORDED_KEYS, recorded_result  # the result API only: kept off the functions' load
+
+        if missing := [key for key in RECORDED_KEYS if key not in result]:
+            recorded = recorded_result(self.log.read(state.run_id, 0), state.steps)
+            result.update({key: recorded[key] for key in missing})
         if final is not None and final.output is not None:
             result["output"] = final.output
         return result
@@ -344,7 +423,7 @@ class Runner:
         cp = self.store.load(run_id)
         state = state_of(cp)
         check_agent(state, self.agent_id)  # another agent's run: not this harness's to drive
-        if state.terminal:
+        if state.terminal or (state.status == "awaiting_event" and not due(self.events, state)):
             return cp, state, None
         cp = self.store.claim(run_id, cp.version)
         return cp, state, self.log.open(run_id, cp.epoch)
@@ -390,7 +469,7 @@ class Runner:
         if not await self._note_tail(state, count, translator):
             return False
         logger.info("run %s: previous attempt died mid-step; resetting the step", state.run_id)
-        _write(writer, translator.reset_step())
+        write_chunks(writer, None, translator.reset_step())
         return True
 
     async def _commit_terminal(self, progress: SliceProgress, final: list[UIMessageChunk]) -> RunState:
@@ -427,24 +506,41 @@ class Runner:
 
     async def _complete_tail(self, cp: Checkpoint, state: RunState) -> None:
         """Append terminal chunks that a crash kept out of the log (after the terminal checkpoint)."""
-        expected, final = state.stream.chunk_count, state.stream.final_chunks
-        count = await asyncio.to_thread(self.log.count, state.run_id)
-        if count >= expected:
-            return
-        base = expected - len(final)
-        if count < base:
-            raise FatalError(f"run {state.run_id}: the log has {count} chunks, expected at least {base}")
-        cp = await asyncio.to_thread(self.store.claim, state.run_id, cp.version)
-        count = await asyncio.to_thread(self.log.open, state.run_id, cp.epoch)
-        if count < expected:
-            await asyncio.to_thread(self.log.append, state.run_id, count, final[count - base :], cp.epoch)
+        run_id, (expected, final) = state.run_id, (state.stream.chunk_count, state.stream.final_chunks)
+        base, version = expected - len(final), cp.version
+        for attempt in range(_FINALIZE_ATTEMPTS):
+            if attempt:  # another writer completes it (the finalizer that ended the run, or a concurrent one)
+                await asyncio.sleep(random.uniform(0.5, 1.5) * min(_FINALIZE_BACKOFF_MAX, 0.02 * 2**attempt))
+                version = await asyncio.to_thread(self.store.version, run_id)
+            count = await asyncio.to_thread(self.log.count, run_id)
+            if count >= expected:
+                return
+            if count < base:
+                raise FatalError(f"run {run_id}: the log has {count} chunks, expected at least {base}")
+            try:
+                claimed = await asyncio.to_thread(self.store.claim, run_id, version)
+                count = await asyncio.to_thread(self.log.open, run_id, claimed.epoch)
+                if count >= expected:
+                    return
+                await asyncio.to_thread(self.log.append, run_id, count, final[count - base :], claimed.epoch)
+            except (FencedError, LogConflictError):
+                continue  # look again: the other writer may have completed it
             if self.on_commit:
-                self.on_commit(state.run_id, expected)
+                self.on_commit(run_id, expected)
+            return
+        raise FencedError(f"run {run_id}: could not complete its log, the run keeps changing")
 
 
-def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
-    for chunk in chunks:
-        writer.write(encode_ui_chunk(chunk))
+_TIMED = frozenset(
+    {"start-step", "finish-step", "tool-input-available", "tool-output-available", "tool-output-error",
+     "tool-approval-request"}
+)  # fmt: skip
+
+
+def _mark_times(state: RunState, writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
+    """Note when the chunks the inspector times are written (``RunState.chunk_times``)."""
+    now = round(time.time(), 3)
+    state.chunk_times.extend((writer.end + i, now) for i, chunk in enumerate(chunks) if chunk.type in _TIMED)
 
 
 def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:
@@ -457,4 +553,13 @@ def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:
         input_tokens=int(usage.input_tokens.total or 0),
         output_tokens=int(usage.output_tokens.total or 0),
         output=output,
+    )
+
+
+def _step_mark(part: hp.FinishStepPart) -> StepMark:
+    usage = part.usage
+    return StepMark(
+        finish_reason=part.finish_reason.unified,
+        input_tokens=int(usage.input_tokens.total or 0),
+        output_tokens=int(usage.output_tokens.total or 0),
     )

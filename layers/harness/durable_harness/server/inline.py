@@ -18,9 +18,14 @@ function, and need no polling. The orchestrator is told through a
 * a slice that failed calls ``fail`` (the driver takes over at once, from the checkpoint); a slice
   fenced off (the driver took over after a missed heartbeat, or a cancel ended the run) stops
   quietly: whoever fenced it off writes the rest of the log;
-* a start that failed is tried again at the end of the slice. A run that ended needs no driver;
-  one that needs more slices and still cannot be started is ended as failed (``error`` and
-  ``finish``), so that no client waits for a run nothing drives.
+* a start that failed (Step Functions throttles ``StartExecution``, or answers 5xx) is tried
+  again with capped exponential backoff and jitter while the slice runs, and after it, while the
+  run needs more slices, until ``start_window`` seconds have passed since the first try. A run
+  that ended needs no driver (the tries stop with the slice); one that needs more slices and
+  still cannot be started is then ended as failed (``error`` and ``finish``, with
+  :data:`NOT_SCHEDULED`), so that no client waits for a run nothing drives. A start refused for
+  good (permissions, configuration: a :class:`~durable_harness.errors.FatalError`) is not tried
+  again.
 
 A client that disconnects changes nothing: the slice goes on to its end (the POST's response,
 and so the invocation, lasts until it is done, see :meth:`InlineSlices.settle`; behind the Lambda
@@ -32,21 +37,42 @@ mid-step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
 from collections.abc import Callable
 
-from ..errors import FencedError
+from ..agent.control import retry_delay
+from ..errors import FatalError, FencedError
 from ..ports import SliceHandover
 from ..runner.runner import Runner
 from ..runner.state import RunState
 from .notifier import CommitSignal
 
-__all__ = ["InlineSlices"]
+__all__ = ["NOT_SCHEDULED", "InlineSlices", "start_backoff"]
 
 logger = logging.getLogger(__name__)
 
-NOT_SCHEDULED = "The run could not be continued: its next slice could not be scheduled."
+NOT_SCHEDULED = (
+    "The run could not be continued: its next slice could not be scheduled (the orchestrator refused "
+    "to start it; the chat function's log says why). Send the message again in a minute."
+)
 """The error a run ends with when it needs more slices and no driver could be started for it."""
+
+
+def start_backoff(attempt: int) -> float:
+    """Seconds to wait after failed start number ``attempt`` (1-based): full jitter over a
+    doubling base of 1 s, capped at 10 s (Step Functions' throttling buckets refill per second)."""
+    return random.uniform(0.0, retry_delay(attempt - 1, None, initial=1.0, cap=10.0))
+
+
+class _Start:
+    """What the start of one run's driver needs to know of its slice."""
+
+    def __init__(self) -> None:
+        self.slice_over = asyncio.Event()
+        self.needed = True
+        """False once the slice is over and the run needs no driver (it ended, or was taken over)."""
 
 
 class InlineSlices:
@@ -54,7 +80,9 @@ class InlineSlices:
 
     ``budget_seconds`` is the slice's time budget (it ends at the first step boundary after it).
     ``on_slice(before, state)`` is told of the slice's outcome (deployed: the lifecycle events a
-    slice function would publish). ``start_attempts`` bounds the tries of a failed start.
+    slice function would publish). A failed start is tried again after ``backoff(attempt)``
+    seconds, while the slice runs and then up to ``start_window`` seconds after the first try
+    (see the module docstring); both may be changed on the instance (tests make them short).
     """
 
     def __init__(
@@ -65,8 +93,8 @@ class InlineSlices:
         *,
         budget_seconds: float,
         on_slice: Callable[[str, RunState], None] | None = None,
-        start_attempts: int = 3,
-        retry_delay: float = 0.5,
+        start_window: float = 60.0,
+        backoff: Callable[[int], float] = start_backoff,
         start_after: float = 1.0,
     ) -> None:
         """Run first slices with ``runner``, hand them over through ``handover``."""
@@ -75,8 +103,8 @@ class InlineSlices:
         self.signal = signal
         self.budget_seconds = budget_seconds
         self.on_slice = on_slice
-        self.start_attempts = start_attempts
-        self.retry_delay = retry_delay
+        self.start_window = start_window
+        self.backoff = backoff
         self.start_after = start_after
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -87,8 +115,9 @@ class InlineSlices:
             return
         self.signal.hold(run_id)  # before the first commit: its readers wait for the signal
         loop = asyncio.get_running_loop()
-        started = loop.create_task(self._start(run_id))
-        task = loop.create_task(self._drive(state, started), name=f"inline-slice:{run_id}")
+        start = _Start()
+        started = loop.create_task(self._start(run_id, start))
+        task = loop.create_task(self._drive(state, start, started), name=f"inline-slice:{run_id}")
         self._tasks[run_id] = task
         task.add_done_callback(lambda done: self._tasks.pop(run_id) if self._tasks.get(run_id) is done else None)
 
@@ -114,7 +143,7 @@ class InlineSlices:
 
     # --- internals ---------------------------------------------------------------------------------
 
-    async def _drive(self, state: RunState, started: asyncio.Task[None]) -> None:
+    async def _drive(self, state: RunState, start: _Start, started: asyncio.Task[bool]) -> None:
         run_id, before = state.run_id, state.status
         beats = asyncio.get_running_loop().create_task(self._beat(run_id))
         outcome: RunState | None = None
@@ -129,7 +158,10 @@ class InlineSlices:
         finally:
             beats.cancel()
             self.signal.release(run_id)  # readers look at the log themselves from now on
-        has_driver = await self._started(run_id, started)
+        # A run that ended, or that was fenced off (taken over, or cancelled), needs no driver.
+        start.needed = failure is not None or (outcome is not None and not outcome.terminal)
+        start.slice_over.set()
+        has_driver = await started
         try:
             if outcome is not None and self.on_slice is not None:
                 await asyncio.to_thread(self.on_slice, before, outcome)
@@ -145,27 +177,33 @@ class InlineSlices:
         except Exception:  # the driver (if any) takes over when its task times out
             logger.exception("run %s: could not hand the in-process slice over", run_id)
 
-    async def _start(self, run_id: str) -> None:
-        """Start the driver once the slice's first chunk is committed (or ``start_after`` passed)."""
+    async def _start(self, run_id: str, start: _Start) -> bool:
+        """Start the driver once the slice's first chunk is committed (or ``start_after`` passed),
+        trying again with backoff (see the module docstring); whether it was started."""
         await self.signal.wait(run_id, 0, self.start_after)
-        await asyncio.to_thread(self.handover.start, run_id)
-
-    async def _started(self, run_id: str, started: asyncio.Task[None]) -> bool:
-        """Whether the run's driver was started (trying again, up to ``start_attempts`` in all)."""
-        delay = self.retry_delay
-        for attempt in range(1, self.start_attempts + 1):
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.start_window
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                if attempt == 1:
-                    await started
-                else:
-                    await asyncio.to_thread(self.handover.start, run_id)
+                await asyncio.to_thread(self.handover.start, run_id)
                 return True
+            except FatalError as exc:  # refused for good: trying again gives the same answer
+                logger.error("run %s: could not start its driver: %s", run_id, exc)
+                return False
             except Exception as exc:
                 logger.warning("run %s: could not start its driver (attempt %d): %s", run_id, attempt, exc)
-                if attempt < self.start_attempts:
-                    await asyncio.sleep(delay)
-                    delay *= 2
-        return False
+            resume = loop.time() + self.backoff(attempt)
+            if not start.slice_over.is_set():
+                with contextlib.suppress(TimeoutError):  # the slice's end may make the start needless
+                    await asyncio.wait_for(start.slice_over.wait(), resume - loop.time())
+            if not start.needed:
+                return False
+            if start.slice_over.is_set():
+                if resume > give_up:
+                    return False
+                await asyncio.sleep(max(0.0, resume - loop.time()))
 
     async def _end_unscheduled(self, run_id: str) -> None:
         """End a run that needs more slices than this process ran and that nothing else can drive."""

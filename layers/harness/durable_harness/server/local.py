@@ -67,6 +67,8 @@ def build_local_kit(
     (another agent's run is a 409 to drive, and readable); see :class:`~durable_harness.runner.runner.Runner`.
     """
     root = make_private_dirs(data_dir)
+    if (bind := getattr(agent, "bind_data_dir", None)) is not None:
+        bind(root)  # a persistent ProcessHarness registers its sessions' bridges here
     store = SqliteCheckpointStore(root / "runs.sqlite3")
     log = FileChunkLog(root / "chunks")
     signal = CommitSignal()
@@ -87,6 +89,7 @@ def build_local_kit(
         lease_seconds=lease_seconds,
         max_retry_delay=max_retry_delay,
         health=health,
+        timers=store,
     )
     service = ChatService(runner, orchestrator, signal=signal, config=config, health=health)
     page = web_page_dir() if static_dir == "auto" else static_dir

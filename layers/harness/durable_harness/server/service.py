@@ -28,27 +28,26 @@ from ..errors import (
 )
 from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
-from ..ports import CommitCadence, Orchestrator, RunSummary, read_summary, read_tail
+from ..ports import Checkpoint, CommitCadence, Orchestrator, RunSummary, read_summary
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
 from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
-from ..runner.state import TERMINAL_STATUSES, RunState, pending_json
+from ..runner.state import RunState, pending_json, state_of, waits_json
 from ..storage.health import StorageHealth
+from ..telemetry.costs import DeployedFunctions, estimate_run_cost, run_record
 from .notifier import CommitSignal
+from .resume import FINISH_PREFIX as _FINISH_PREFIX
+from .resume import StreamStart, stream_start
 
 if TYPE_CHECKING:
     from .inline import InlineSlices
 
 logger = logging.getLogger(__name__)
 
-_FINISH_PREFIX = '{"type":"finish"'
 KEEPALIVE = None
 """Yielded by :meth:`ChatService.follow` when the run is idle, so the edge can send a keep-alive."""
 _LATE_RETRY = 0.015
-RESUME_TAIL = 64
-"""Chunks a resume at a non-negative index reads with the log's count: a client reconnecting after
-a drop is usually that close to the end, and then the count and its chunks take one read."""
 
 
 @dataclass
@@ -71,6 +70,9 @@ class ServiceConfig:
     max_messages: int = 1000
     storage_retry_after: int = 2
     """Seconds a ``503 storage_unavailable`` answer asks the client to wait (``Retry-After``)."""
+    cost: DeployedFunctions | None = None
+    """Deployed: the functions whose bill a run's ``cost`` estimate prices (the run API's ``cost``);
+    None (the local kit, which has no AWS bill): no estimate."""
 
 
 class ChatService:
@@ -99,6 +101,7 @@ class ChatService:
         """Known storage trouble (local mode): new streams of unfinished runs get a 503 meanwhile."""
         self.announce = announce
         self.inline = inline
+        self._cancels: dict[str, asyncio.Future[RunState]] = {}
 
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
@@ -115,8 +118,7 @@ class ChatService:
             )
         # A continuation (after an approval) streams into the existing assistant message.
         message_id = last.id if last.role == "assistant" and last.id else new_id("msg")
-        # A retried POST (same principal, chat and last message) gets the run it already started.
-        run_id = derived_run_id(principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
+        run_id = _turn_run_id(body, principal, chat_id, last)
         # Answers to approvals make it a continuation of the paused run: the runner finds that run
         # through the approval ledger and verifies every answer (see Runner.create_run).
         created = True
@@ -164,10 +166,15 @@ class ChatService:
         so that run ids cannot be probed. A run started without a principal (an event-triggered
         run whose event named none) is visible to every authenticated caller.
         """
-        state = await asyncio.to_thread(self.runner.load, run_id)
+        return (await self._record(run_id, principal))[1]
+
+    async def _record(self, run_id: str, principal: str | None) -> tuple[Checkpoint, RunState]:
+        """The run's record and state, under :meth:`load`'s visibility rule."""
+        cp = await asyncio.to_thread(self.runner.store.load, run_id)
+        state = state_of(cp)
         if principal is not None and state.principal is not None and state.principal != principal:
             raise RunNotFoundError(run_id)
-        return state
+        return cp, state
 
     async def summary(self, run_id: str, principal: str | None = None) -> RunSummary:
         """What the run record says about the run (not its state), if ``principal`` may see it.
@@ -179,46 +186,19 @@ class ChatService:
             raise RunNotFoundError(run_id)
         return summary
 
-    async def stream_start(self, run_id: str, start: int, principal: str | None) -> tuple[int, int, list[str] | None]:
-        """Where a stream request from ``start`` (negative: from the tail) begins.
-
-        Returns ``(resolved start, the log's count, the chunks from the resolved start when the
-        read of the count already brought them, else None)``. Raises ``RunNotFoundError`` for a
-        run the principal may not see, ``InvalidRequestError`` for an index past the end, and
-        ``StorageError`` (a 503) while storage is known to fail and the run's log is incomplete. Two
-        storage reads in the common cases: the run's summary, and the log's tail with its count.
-        """
-        summary = await self.summary(run_id, principal)
-        want = min(-start, self.config.read_batch) if start < 0 else RESUME_TAIL
-        count, tail = await asyncio.to_thread(read_tail, self.runner.log, run_id, want)
-        if self.health is not None and self.health.unavailable:
-            # Known storage trouble (local mode): the full state says whether the run's log is complete.
-            await self.check_storage(await self.load(run_id))
-        resolved = max(0, count + start) if start < 0 else start
-        first = tail[resolved - (count - len(tail)) :] if count - len(tail) <= resolved <= count else None
-        if summary.status not in TERMINAL_STATUSES:
-            if resolved > count:
-                # A client can never have more chunks than the log: a bogus index, not a reconnect.
-                raise InvalidRequestError(
-                    f"startIndex {start} is past the end of this run's stream ({count} chunks so far).",
-                    code="invalid_start_index",
-                )
-            return resolved, count, first
-        # A terminal run's log ends with `finish`, or soon will: its checkpoint knows the final length
-        # while the last chunks are still being appended, and only an index past that is an error.
-        total = count if tail and tail[-1].startswith(_FINISH_PREFIX) else (await self.load(run_id)).stream.chunk_count
-        if resolved >= total > 0:
-            raise InvalidRequestError(
-                f"startIndex {start} is past the end of this run's stream ({total} chunks, ended with 'finish').",
-                code="invalid_start_index",
-            )
-        return resolved, count, first
+    async def stream_start(
+        self, run_id: str, start: int, principal: str | None, summary: RunSummary | None = None
+    ) -> StreamStart:
+        """Where a stream request from ``start`` (negative: from the tail) begins: see
+        :func:`.resume.stream_start`."""
+        return await stream_start(self, run_id, start, principal, summary)
 
     async def status(self, run_id: str, principal: str | None) -> dict[str, Any]:
         """What the run API reports about a run."""
-        state = await self.load(run_id, principal)
+        cp, state = await self._record(run_id, principal)
         result = state.final_result
         pending = pending_json(state) if state.status == "awaiting_tool_approval" else []
+        chunk_count = await self.count(run_id)
         body: dict[str, Any] = {
             "runId": state.run_id,
             "status": state.status,
@@ -228,9 +208,13 @@ class ChatService:
             "messageId": state.message_id,
             "createdAt": state.created_at,
             "slices": state.slices,
-            "chunkCount": await self.count(run_id),
+            "chunkCount": chunk_count,
             "pendingApprovals": pending,
             "continuedBy": state.continued_by,
+            "waitingFor": waits_json(state) if state.status == "awaiting_event" else None,
+            # When slices began and timed chunks were written: (log index, epoch seconds), for the inspector.
+            "sliceTimes": state.slice_times,
+            "chunkTimes": state.chunk_times,
         }
         if result is not None:
             body["finishReason"] = result.finish_reason
@@ -239,6 +223,8 @@ class ChatService:
                 body["output"] = result.output
         if state.error:
             body["error"] = state.error
+        if self.config.cost is not None:  # deployed: what the run cost on AWS, from what it recorded
+            body["cost"] = estimate_run_cost(run_record(cp, state, chunk_count), self.config.cost)
         return {k: v for k, v in body.items() if v is not None}
 
     async def result(self, run_id: str, principal: str | None) -> dict[str, Any]:
@@ -252,18 +238,35 @@ class ChatService:
                 code="run_in_progress",
                 status=409,
             )
-        body: dict[str, Any] = {"runId": state.run_id, "status": state.status, **self.runner.result(state)}
+        result = await asyncio.to_thread(self.runner.result, state)  # it may read the run's log
+        body: dict[str, Any] = {"runId": state.run_id, "status": state.status, **result}
         if state.error:
             body["error"] = state.error
         return body
 
     async def cancel(self, run_id: str, principal: str | None) -> RunState:
-        """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log."""
+        """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log.
+
+        Idempotent: a run already cancelled is answered as it is (and announced once). Concurrent
+        cancels of one run in this process share one cancel; across processes the runner's
+        finalize lets the first one through (see :meth:`Runner.finalize_once`).
+        """
         state = await self.load(run_id, principal)
+        running = self._cancels.get(run_id)
+        if running is None:
+            running = self._cancels[run_id] = asyncio.ensure_future(self._cancel(state))
+            running.add_done_callback(lambda _: self._cancels.pop(run_id, None))
+        return await asyncio.shield(running)  # a caller that goes away leaves the others' cancel be
+
+    async def _cancel(self, state: RunState) -> RunState:
+        run_id = state.run_id
         if state.status == "awaiting_tool_approval" and state.continued_by is None:
             try:  # a paused run is abandoned: nothing runs, its log already ends with `finish`
                 abandoned = await asyncio.to_thread(self.runner.abandon, run_id)
             except FencedError:
+                state = await self.load(run_id)
+                if state.status == "cancelled":  # another cancel got there first
+                    return state
                 raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
                                           status=409) from None  # fmt: skip
             await self.runner.notify_cancel(abandoned)
@@ -271,11 +274,13 @@ class ChatService:
             return abandoned
         if state.terminal:
             # A cancel that died between its terminal checkpoint and `finish` is completed here.
-            await self.runner.finalize(run_id, status="cancelled")
+            ended = await self.runner.finalize(run_id, status="cancelled")
+            if ended.status == "cancelled":
+                return ended
             raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
         self.orchestrator.cancel(run_id)
-        cancelled = await self.runner.finalize(run_id, status="cancelled")
-        if cancelled.status == "cancelled":  # not when the run ended by itself first
+        cancelled, ended_here = await self.runner.finalize_once(run_id, status="cancelled")
+        if ended_here and cancelled.status == "cancelled":  # not when the run ended by itself first
             await self._announce(cancelled, "Run Cancelled")
         return cancelled
 
@@ -434,6 +439,36 @@ class ChatService:
             raise InvalidRequestError(f"Invalid messages: {exc}", code="invalid_messages") from exc
         pending_answers(converted)  # 400 for an answer whose request or call is not in the history
         return converted
+
+
+def _turn_run_id(body: dict[str, Any], principal: str | None, chat_id: str | None, last: UIMessage) -> str:
+    """The run id of a chat POST: derived from what identifies the request, so that a retried POST
+    gets the run it already started.
+
+    A submit is keyed on (principal, chat, last message). A regenerate (the AI SDK's ``trigger:
+    "regenerate-message"``) sends the same history as the submit it answers again, so it is keyed
+    on the assistant message it replaces (``messageId``) as well: a new run, and a retried
+    regenerate the same one. A regenerate without ``messageId`` (``regenerate()`` with no
+    argument) cannot be told from its own retry, and always starts a new run.
+    """
+    trigger = body.get("trigger", "submit-message")
+    if trigger not in ("submit-message", "regenerate-message"):
+        raise InvalidRequestError(
+            "'trigger' must be 'submit-message' or 'regenerate-message' (the AI SDK's triggers), or left out.",
+            code="invalid_trigger",
+        )
+    replaced = body.get("messageId")
+    if replaced is not None and (not isinstance(replaced, str) or not 0 < len(replaced) <= 200):
+        raise InvalidRequestError("'messageId' must be a string of 1 to 200 characters.")
+    key = (principal or "", chat_id or "", compact_json(last.model_dump(mode="json")))
+    if trigger == "submit-message":
+        return derived_run_id(*key)
+    if last.role != "user":
+        raise InvalidRequestError(
+            "A regenerate ('trigger': 'regenerate-message') must end with the user message to answer again.",
+            code="invalid_last_message",
+        )
+    return new_run_id() if replaced is None else derived_run_id(*key, "regenerate-message", replaced)
 
 
 def _answers_approvals(messages: list[ModelMessage]) -> bool:

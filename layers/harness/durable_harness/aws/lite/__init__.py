@@ -29,8 +29,16 @@ _SERVICES: dict[str, tuple[str, str, str, str, str]] = {
     "dynamodb": (".dynamodb", "DynamoDBClient", "DYNAMODB", "dynamodb", "dynamodb"),
     "stepfunctions": (".jsonrpc", "StepFunctionsClient", "SFN", "states", "states"),
     "events": (".jsonrpc", "EventBridgeClient", "EVENTBRIDGE", "events", "events"),
+    "secretsmanager": (".jsonrpc", "SecretsManagerClient", "SECRETS_MANAGER", "secretsmanager", "secretsmanager"),
     "s3": (".s3", "S3Client", "S3", "s3", "s3"),
     "bedrock-runtime": (".bedrock", "BedrockRuntimeClient", "BEDROCK_RUNTIME", "bedrock-runtime", "bedrock"),
+    "bedrock-agentcore": (
+        ".agentcore",
+        "AgentCoreClient",
+        "BEDROCK_AGENTCORE",
+        "bedrock-agentcore",
+        "bedrock-agentcore",
+    ),
 }
 
 

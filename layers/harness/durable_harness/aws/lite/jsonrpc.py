@@ -1,5 +1,5 @@
-"""Lite clients of the AWS JSON protocol services: Step Functions and EventBridge, and the base
-:class:`JsonClient` that DynamoDB's client builds on.
+"""Lite clients of the AWS JSON protocol services: Step Functions, EventBridge and Secrets Manager,
+and the base :class:`JsonClient` that DynamoDB's client builds on.
 
 A JSON protocol call is a POST of the operation's parameters as a JSON object (member names as
 boto3 spells them) with the operation in ``X-Amz-Target``; the response is the output shape as
@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ._client import LiteClient, Response, _json_or_empty
 
-__all__ = ["EventBridgeClient", "JsonClient", "StepFunctionsClient"]
+__all__ = ["EventBridgeClient", "JsonClient", "SecretsManagerClient", "StepFunctionsClient"]
 
 
 class JsonClient(LiteClient):
@@ -132,3 +132,27 @@ class EventBridgeClient(JsonClient):
     def put_events(self, **kwargs: Any) -> dict[str, Any]:
         """``PutEvents``: ``{"FailedEntryCount", "Entries": [{"EventId"} | {"ErrorCode", "ErrorMessage"}]}``."""
         return self._call("PutEvents", _PUT_EVENTS, kwargs)
+
+
+_GET_SECRET_VALUE = frozenset({"SecretId", "VersionId", "VersionStage"})
+
+
+class SecretsManagerClient(JsonClient):
+    """Secrets Manager's ``GetSecretValue``, as boto3's ``secretsmanager`` client has it: the check
+    of the approval secret at a function's start-up reads it without botocore's import."""
+
+    _target_prefix = "secretsmanager"
+    _json_version = "1.1"
+    _body_limits: ClassVar[dict[str, int]] = {"GetSecretValue": 1024 * 1024}  # a secret is 64 KiB at most
+
+    def get_secret_value(self, **kwargs: Any) -> dict[str, Any]:
+        """``GetSecretValue``: ``SecretString`` or ``SecretBinary`` (bytes), ``ARN``, ``Name`` ..."""
+        return self._call("GetSecretValue", _GET_SECRET_VALUE, kwargs)
+
+    def _parse(self, body: dict[str, Any]) -> dict[str, Any]:
+        # As botocore: a blob arrives base64, a timestamp as epoch seconds.
+        if isinstance(body.get("SecretBinary"), str):
+            body["SecretBinary"] = base64.b64decode(body["SecretBinary"])
+        if isinstance(body.get("CreatedDate"), int | float):
+            body["CreatedDate"] = datetime.fromtimestamp(body["CreatedDate"], UTC)
+        return body

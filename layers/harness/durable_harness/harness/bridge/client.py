@@ -105,18 +105,24 @@ class Attachment:
             parser = SSEParser()
             async for chunk in response.aiter_bytes():
                 for data in parser.feed(chunk):
-                    frame = json.loads(data)
-                    kind = frame.get("frame")
-                    if kind == "line":
-                        self.cursor = frame["seq"] + 1
-                        yield NumberedLine(frame["seq"], frame.get("line"), frame.get("invalid"))
-                    elif kind == "lost":
-                        raise SessionLostError(frame)
-                    elif kind == "exit":
-                        self.exit_code = frame.get("code")
-                    elif kind == "end":
-                        self.reason = frame["reason"]
-                        self.cursor = frame["cursor"]
+                    if (line := self.take(json.loads(data))) is not None:
+                        yield line
+
+    def take(self, frame: Mapping[str, Any]) -> NumberedLine | None:
+        """Read one frame of the attach stream: the line it carries (None for the others, which
+        move ``cursor``, ``reason`` and ``exit_code``); a ``lost`` frame raises :class:`SessionLostError`."""
+        kind = frame.get("frame")
+        if kind == "line":
+            self.cursor = frame["seq"] + 1
+            return NumberedLine(frame["seq"], frame.get("line"), frame.get("invalid"))
+        if kind == "lost":
+            raise SessionLostError(frame)
+        if kind == "exit":
+            self.exit_code = frame.get("code")
+        elif kind == "end":
+            self.reason = frame["reason"]
+            self.cursor = frame["cursor"]
+        return None
 
 
 class BridgeConnection:
@@ -139,12 +145,7 @@ class BridgeConnection:
             raise BridgeError(f"the bridge at {self.url} cannot be reached: {exc}") from exc
         if response.status_code != 200:
             raise BridgeError(_message(response.content, response.status_code))
-        answer: dict[str, Any] = response.json()
-        if answer.get("status") == "session-lost":
-            raise SessionLostError(answer)
-        if answer.get("status") == "not-running":
-            raise ProgramNotRunningError(answer)
-        return answer
+        return checked_answer(response.json())
 
     async def ping(self) -> dict[str, Any]:
         """``GET /ping``: ``{"status": "Healthy" | "HealthyBusy", "time_of_last_update": ...}``."""
@@ -194,6 +195,16 @@ class BridgeConnection:
     async def aclose(self) -> None:
         """Close the HTTP client (the bridge goes on)."""
         await self.http.aclose()
+
+
+def checked_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """A command's JSON answer, or the error it stands for (:class:`SessionLostError`,
+    :class:`ProgramNotRunningError`)."""
+    if answer.get("status") == "session-lost":
+        raise SessionLostError(answer)
+    if answer.get("status") == "not-running":
+        raise ProgramNotRunningError(answer)
+    return answer
 
 
 def _message(body: bytes, status: int) -> str:
