@@ -218,6 +218,7 @@ async def test_fifty_runs_through_throttling_and_5xx_end_once_with_every_chunk_a
     assert {fn for fn, _ in stack.refused} == {"SliceFunction", "FinalizerFunction"} or stack.refused
 
     ended: Counter[str] = Counter()
+    errors: list[str] = []
     for n, (run_id, received) in enumerate(results):
         log = log_of(stack, run_id)
         # What the client got is the log: nothing lost, nothing twice, in order.
@@ -231,8 +232,13 @@ async def test_fifty_runs_through_throttling_and_5xx_end_once_with_every_chunk_a
         # more often: before its result was recorded, a failed write lost it.
         text = f"Check alpha and beta, chat {n}."
         parts = [p for p in assemble_ui_message(log)["parts"] if p["type"] == "tool-lookup"]
-        assert [(p["toolCallId"], p["state"]) for p in parts] == [("c1", "output-available"),
-                                                                    ("c2", "output-available")], parts  # fmt: skip
+        done = [(p["toolCallId"], p["state"]) for p in parts]
+        whole = [("c1", "output-available"), ("c2", "output-available")]
+        if log[-1].get("finishReason") == "stop":
+            assert done == whole, (run_id, parts)
+        else:  # a run that failed after its retries ends with its error, its finished steps kept
+            assert "error" in names and done == whole[: len(done)], (run_id, names, parts)
+            errors.append(next(c["errorText"] for c in log if c["type"] == "error"))
         stored = agents.FAULT_STORED(text)
         for part in parts:
             mark = part["output"]["execution"]
@@ -244,5 +250,5 @@ async def test_fifty_runs_through_throttling_and_5xx_end_once_with_every_chunk_a
     assert ended["stop"] >= RUNS // 2, ended
     print(
         f"fault suite: finish reasons {dict(ended)}; {sum(schedule.injected.values())} faults injected; "
-        f"tools run again before their result was recorded: {reruns}"
+        f"tools run again before their result was recorded: {reruns}; errors: {errors}"
     )
