@@ -91,7 +91,7 @@ test-nextjs: setup chromium tests/browser/node_modules/.installed nextjs-build
 	cd tests/browser && PYTHON=$(CURDIR)/$(PY) node --test --test-reporter=spec --test-concurrency=1 --test-force-exit nextjs/
 
 lint: setup
-	$(VENV)/bin/ruff check layers functions tests bench examples
+	$(VENV)/bin/ruff check layers functions tests bench examples scripts
 
 typecheck: setup
 	$(VENV)/bin/mypy
@@ -145,6 +145,22 @@ deploy-checks: sam-setup web
 	$(SAM_ENV) $(SAM_VENV)/bin/cfn-lint --format parseable .aws-sam/template.nondefault.cfn.json
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
 	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache
+
+# --- Deploying (README "Deploying"): python3.12 found, `sam build`, then `sam deploy --guided` the
+# first time (no Region recorded in samconfig.toml yet) or `sam deploy`, with .venv-sam's SAM CLI.
+#   make deploy [GUIDED=1] [DRY_RUN=1]     DRY_RUN prints the commands instead of running them
+.PHONY: deploy
+deploy: sam-setup web
+	PYTHON312="$(PYTHON312)" $(SAM_VENV)/bin/python scripts/deploy.py $(if $(DRY_RUN),--dry-run) $(if $(GUIDED),--guided)
+
+# --- The check of a deployed stack: what a user tries first (README "Deploying") ----------------
+#   make check-deploy URL=https://<id>.lambda-url.<region>.on.aws TOKEN=<bearer token>
+# TOKEN goes through the environment (CHAT_TOKEN), not the command line; APPROVAL_PROMPT names a
+# turn that asks for a tool approval (my_agent: "Save a note: hello").
+.PHONY: check-deploy
+check-deploy: setup
+	@if [ -z "$(URL)" ]; then echo "usage: make check-deploy URL=<the stack's ChatUrl> [TOKEN=...] [APPROVAL_PROMPT=...]" >&2; exit 2; fi
+	CHAT_TOKEN="$(TOKEN)" $(PY) -m durable_harness check "$(URL)" $(if $(APPROVAL_PROMPT),--approval-prompt "$(APPROVAL_PROMPT)")
 
 # --- Benchmarks (not part of `make test`) ---------------------------------------------------------
 # Every bench/*.py, then one table of the targets, MET or MISSED (bench/README.md). cold_start.py

@@ -27,6 +27,7 @@ import asyncio
 import contextvars
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -204,6 +205,71 @@ def build_agent() -> Agent:
         call_options=Options, prepare_call=_prepare_call,
         on_abort=lambda steps: CONTROL.aborted.append([s.number for s in steps]),
     )  # fmt: skip
+
+
+REFUSED_MESSAGE = (
+    "Model access is denied due to IAM user or service role is not authorized to perform the required AWS "
+    "Marketplace actions (aws-marketplace:ViewSubscriptions, aws-marketplace:Subscribe) to enable access to this "
+    "model. Your AWS Marketplace subscription for this model cannot be completed at this time."
+)
+"""What Bedrock answers the first call of a third-party model from a role without the Marketplace actions."""
+
+
+class RefusingBedrock:
+    """A ``bedrock-runtime`` client whose every ``converse_stream`` is refused as Bedrock refuses it
+    (403 ``AccessDeniedException``, raised as botocore raises it). A stand-in: moto has no
+    bedrock-runtime (``converse_stream`` is not implemented) and no Bedrock runs here."""
+
+    def converse_stream(self, **arguments: Any) -> dict[str, Any]:
+        """Refuse the call."""
+        from botocore.exceptions import ClientError
+
+        response: Any = {
+            "Error": {"Code": "AccessDeniedException", "Message": REFUSED_MESSAGE},
+            "ResponseMetadata": {"HTTPStatusCode": 403, "HTTPHeaders": {}},
+        }
+        raise ClientError(response, "ConverseStream")
+
+
+def build_refused_agent() -> Agent:
+    """The demo's tools over an Anthropic model on Bedrock that refuses every call (see :class:`RefusingBedrock`)."""
+    from durable_harness.demo import DEMO_TOOLS
+    from durable_harness.models.bedrock import BedrockConverseModel
+
+    model = BedrockConverseModel("us.anthropic.claude-sonnet-4-5-20250929-v1:0", client=RefusingBedrock())
+    return Agent(model=model, instructions="Be brief.", tools=DEMO_TOOLS)
+
+
+FAULT_EXECUTIONS: Counter[tuple[str, str]] = Counter()
+"""``(the run's first user text, tool input name)`` -> executions, for the fault suite's agent."""
+FAULT_RESULTS: dict[tuple[str, str], list[str]] = {}
+"""The same key -> the execution marks its executions returned, in order."""
+FAULT_REPEATS: list[tuple[str, str]] = []
+"""Executions of a tool whose earlier result the run's stored checkpoint already held."""
+FAULT_STORED: Any = None
+"""Set by the fault suite: the run's first user text -> its stored checkpoint's text ("" if none)."""
+
+
+@tool(name="lookup")
+def counted_lookup(input: Item, context: Any) -> dict[str, str]:
+    """Look an item up; each execution counted per run and returning a mark of its own, so that
+    an execution whose earlier result the checkpoint already recorded is caught."""
+    first = next(m for m in context.messages if getattr(m, "role", "") == "user")
+    key = ("".join(getattr(part, "text", "") for part in first.content), input.name)
+    marks = FAULT_RESULTS.setdefault(key, [])
+    if marks and FAULT_STORED is not None:
+        stored = FAULT_STORED(key[0])
+        if any(mark in stored for mark in marks):
+            FAULT_REPEATS.append(key)
+    mark = f"execution-{uuid.uuid4().hex}"
+    marks.append(mark)
+    FAULT_EXECUTIONS[key] += 1
+    return {"item": input.name, "status": "in stock", "execution": mark}
+
+
+def build_fault_agent() -> Agent:
+    """The scripted agent (two tool steps and an answer), its tool executions counted per run."""
+    return Agent(model=FunctionModel(_script, model_id="deploy-test"), instructions="Be brief.", tools=[counted_lookup])
 
 
 class Build(BaseModel):

@@ -15,10 +15,10 @@ Defaults: the library's default agent (``my_agent``, ``ModelId=demo``: "What is 
 Paris?" takes a tool step and a text step) and ``SliceSeconds=0`` (one step per slice, so every
 run goes through several slices of the state machine).
 
-Prints ``serve_stack: ready on http://127.0.0.1:P`` once listening. On SIGTERM (or SIGINT) it
-stops serving, stops running executions, holds every AWS call the functions and the state
-machine made against the template's IAM policies, prints ``serve_stack: iam ok`` (or the calls
-denied, exit status 3) and exits.
+Prints ``serve_stack: ready on http://127.0.0.1:P`` once listening (``--port 0``: the port it
+bound). On SIGTERM (or SIGINT) it stops serving, stops running executions, holds every AWS call
+the functions and the state machine made against the template's IAM policies, prints
+``serve_stack: iam ok`` (or the calls denied, exit status 3) and exits.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             loop.add_signal_handler(sig, stop.set)
 
         def ready(address: tuple[str, int]) -> None:
-            print(f"serve_stack: ready on http://{args.host}:{args.port}", flush=True)
+            print(f"serve_stack: ready on http://{args.host}:{address[1]}", flush=True)  # --port 0: the one bound
 
         # Open SSE streams get 2 s, then are cut: they must not hold the shutdown.
         await httpd.serve(app, args.host, args.port, stop=stop, ready=ready, shutdown_grace=2)

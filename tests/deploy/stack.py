@@ -34,6 +34,14 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
   only at its next heartbeat or its timeout; a task being entered) ends the execution ``FAILED``
   when that state then fails (AWS: ``ABORTED``, at once). :func:`repair_errors_after_stop` keeps
   it ``ABORTED``; a short heartbeat keeps the callback case quick.
+* a stop that comes right after the start, before the interpreter's thread has parsed the
+  definition, fails inside moto (``AttributeError`` on the worker's environment, a 500 for the
+  caller); on AWS it stops the execution. :func:`repair_stop_before_start` waits for the
+  environment first.
+* moto's DynamoDB backend is not thread-safe: ``TransactWriteItems`` deep-copies the table while
+  other threads' writes change it (``RuntimeError: dictionary changed size during iteration``, a
+  500 for the caller), which many concurrent runs hit. :func:`repair_dynamodb_threads` serves one
+  DynamoDB request at a time (each is atomic on AWS too).
 * a callback (``SendTaskSuccess``/``Failure``/``Heartbeat``) that comes between a
   ``.waitForTaskToken`` task's call (which hands the token out: ``AwaitChatSlice`` writes it to
   the run record) and the task starting to wait is lost: moto makes the heartbeat wait after the
@@ -95,6 +103,7 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp 
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
+from moto.stepfunctions.parser.backend import execution_worker
 
 from .cfn import NO_VALUE, ROOT, Resolver, function_properties, load_template
 from .eventbridge import LambdaTargets
@@ -110,6 +119,9 @@ ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("deploy_test_
 
 _invoke_lock = threading.RLock()
 _dynamodb_atomic = threading.Lock()
+
+SERVER_ERRORS = frozenset({"InternalServerError", "ServiceUnavailable", "ServiceException", "InternalFailure"})
+"""Error codes an injected fault answers with HTTP 500 (the others: 400, as throttles are modelled)."""
 
 
 @dataclass
@@ -209,6 +221,34 @@ def repair_errors_after_stop() -> Any:
         original(self, error)
 
     return mock.patch.object(Environment, "set_error", set_error)
+
+
+def repair_stop_before_start() -> Any:
+    """Patch moto so that stopping an execution whose worker has not made its environment yet
+    (it parses the definition first, on its own thread) waits for it, then stops it."""
+    original = execution_worker.ExecutionWorker.stop
+
+    def stop(self: Any, stop_date: Any, error: Any, cause: Any) -> None:
+        deadline = time.monotonic() + 30
+        while self.env is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # the worker's thread sets it within milliseconds
+        original(self, stop_date, error, cause)
+
+    return mock.patch.object(execution_worker.ExecutionWorker, "stop", stop)
+
+
+def repair_dynamodb_threads() -> Any:
+    """Patch moto's DynamoDB handler to serve one request at a time (see the module docstring)."""
+    from moto.dynamodb.responses import DynamoHandler
+
+    original = DynamoHandler.call_action
+    lock = threading.RLock()  # re-entrant: a request moto serves by calling DynamoDB again
+
+    def call_action(self: Any) -> Any:
+        with lock:
+            return original(self)
+
+    return mock.patch.object(DynamoHandler, "call_action", call_action)
 
 
 def repair_stop_during_callback() -> Any:
@@ -362,6 +402,10 @@ class MotoStack:
         """Per (actor, operation), e.g. ``("ChatFunction", "StartExecution")``: error codes its next
         calls fail with, one per call, after botocore's own retries (a code ending in ``*`` stays:
         every later call fails with it)."""
+        self.fault_injector: Callable[[str, str, Mapping[str, Any]], str | None] | None = None
+        """Asked before every call: ``(actor, operation, parameters)`` for an API call (the actor
+        as in :attr:`api_faults`), ``(function, "Invoke", event)`` for a synchronous invocation; an
+        error code it returns fails the call as the faults above do (a 5xx code with status 500)."""
         self._suffix = uuid.uuid4().hex[:12].upper()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -377,6 +421,8 @@ class MotoStack:
             repair_lambda_unknown(),
             attribute_sdk_tasks(),
             repair_errors_after_stop(),
+            repair_stop_before_start(),
+            repair_dynamodb_threads(),
             repair_stop_during_callback(),
             repair_wait_until_timestamp(),
             repair_early_callbacks(),
@@ -583,7 +629,15 @@ class MotoStack:
             code = faults.pop(0)  # Lambda refused the invocation itself: the handler never runs
             raise LambdaClientError(code, f"simulated {code} from Lambda's Invoke API")
         faults = self.invoke_faults.get(fn.logical_id)
-        if faults and str(request_headers.get("x-amz-invocation-type")) != "Event":
+        synchronous = str(request_headers.get("x-amz-invocation-type")) != "Event"
+        injector = self.fault_injector
+        injected = injector(fn.logical_id, "Invoke", json.loads(body or "{}")) if injector is not None else None
+        if injected and synchronous:
+            self.refused.append((fn.logical_id, injected))
+            refusal = LambdaClientError(injected, f"simulated {injected} from Lambda's Invoke API")
+            refusal.code = 500 if injected in SERVER_ERRORS else refusal.code
+            raise refusal
+        if faults and synchronous:
             code = faults[0].rstrip("*") if faults[0].endswith("*") else faults.pop(0)
             if code:  # "" lets one invocation through
                 self.refused.append((fn.logical_id, code))
@@ -703,9 +757,13 @@ class MotoStack:
                 prefix = client.meta.service_model.signing_name
                 stack.calls.append(Call(actor, *iam_request(prefix, operation_name, api_params, stack)))
             faults = stack.api_faults.get((actor or "", operation_name))
-            if faults:
-                code = faults[0].rstrip("*") if faults[0].endswith("*") else faults.pop(0)
-                metadata = {"HTTPStatusCode": 400, "RequestId": "simulated"}  # what moto's integrations read
+            injector = stack.fault_injector
+            injected = injector(actor or "", operation_name, api_params) if injector is not None else None
+            if faults or injected:
+                code = injected or (faults[0].rstrip("*") if faults[0].endswith("*") else faults.pop(0))
+                # moto's AWS SDK integration cannot map a 500 (AttributeError): the state machine's get 400.
+                status = 500 if code in SERVER_ERRORS and actor != "RunStateMachine" else 400
+                metadata = {"HTTPStatusCode": status, "RequestId": "simulated"}  # what moto's integrations read
                 error = {"Error": {"Code": code, "Message": f"simulated {code}"}, "ResponseMetadata": metadata}
                 # The service's modeled exception where it has one (as botocore raises it): Step
                 # Functions' AWS SDK integration names the error after its class.

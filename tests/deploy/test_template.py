@@ -628,7 +628,7 @@ def test_the_readme_deploy_section_lists_every_parameter_and_output() -> None:
     rows = [line.strip() for line in table_text.splitlines()[2:] if line.strip().startswith("|")]
     named = set(re.findall(r"`(\w+)`", "\n".join(row.split("|")[1] for row in rows)))
     assert set(TEMPLATE["Parameters"]) <= named, set(TEMPLATE["Parameters"]) - named
-    outputs = section[section.index("The stack's outputs") : section.index("4. **Point a web client")]
+    outputs = section[section.index("The stack's outputs") : section.index("**Point a web client")]
     assert all(f"`{name}`" in outputs for name in TEMPLATE["Outputs"]), [
         n for n in TEMPLATE["Outputs"] if f"`{n}`" not in outputs
     ]

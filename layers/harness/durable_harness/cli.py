@@ -1,6 +1,7 @@
 """Command line: ``durable-harness serve`` runs the chat app locally with embedded storage;
 ``durable-harness chat`` talks to a server in the terminal; ``durable-harness runs show|follow|cancel``
-inspects and controls runs."""
+inspects and controls runs; ``durable-harness check URL`` runs what a user tries first against a
+deployed stack (:mod:`.check`)."""
 
 from __future__ import annotations
 
@@ -144,6 +145,29 @@ def _client_command(args: argparse.Namespace) -> int:
     return terminal.run_command(args, term)
 
 
+def _check_parser(sub: Any) -> None:
+    """The ``check`` command's arguments (see :mod:`.check`)."""
+    from .check import DEFAULT_CANCEL_PROMPT, DEFAULT_PROMPT
+
+    check = sub.add_parser(
+        "check", help="check a deployed (or local) server: a turn, resumes, the run API, approval, cancel",
+        description="Run what a user tries first against URL, print each step's result and timings, and exit "
+        "non-zero with the reason at the first failure.",
+    )  # fmt: skip
+    check.add_argument("url", help="the chat server, e.g. the stack's ChatUrl output")
+    check.add_argument("--token", default=os.environ.get("CHAT_TOKEN") or None, help="bearer token (env CHAT_TOKEN)")
+    check.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the first turn (default {DEFAULT_PROMPT!r})")
+    check.add_argument(
+        "--approval-prompt", default=None,
+        help="a turn that makes the agent ask for a tool approval (e.g. 'Save a note: hello'); without it the "
+        "approval step runs only when the first turn asks for one",
+    )  # fmt: skip
+    check.add_argument(
+        "--cancel-prompt", default=DEFAULT_CANCEL_PROMPT,
+        help=f"a turn long enough to cancel after its first chunk (default {DEFAULT_CANCEL_PROMPT!r})",
+    )  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``durable-harness`` command."""
     import argparse
@@ -181,11 +205,16 @@ def main(argv: list[str] | None = None) -> None:
     follow.add_argument("--json", action="store_true", help="print the chunks as JSON lines")
     cancel = runs_sub.add_parser("cancel", parents=[client], help="stop a live run")
     cancel.add_argument("run", help="the run id (wrun_...)")
+    _check_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
         _serve(args)
         return
+    if args.command == "check":
+        from .check import run_check
+
+        raise SystemExit(run_check(args, sys.stdout, sys.stderr))
     status = _client_command(args)
     if status:
         raise SystemExit(status)
