@@ -373,8 +373,10 @@ class ToolLoopAgent:
             runnable = list(state.step_calls)
         async for item in self.runner.run_step(state, runnable):
             if isinstance(item, Recorded):
-                # With no other tool running, the step's end (next) carries these results.
-                yield hi.Checkpoint(dump_state(state), deferrable=not item.others_running)
+                # With no other tool running, the step's end follows with no side effect in between
+                # and its checkpoint carries these results: no checkpoint (nor its fence read) here.
+                if item.others_running:
+                    yield hi.Checkpoint(dump_state(state))
             else:
                 yield item
         waiting = set(state.pending_approvals) | set(state.client_calls)
