@@ -91,6 +91,11 @@ class LoopTurnState(BaseModel):
     steps: list[StepSummary] = Field(default_factory=list)
     stop_reason: str | None = None
 
+    _dumped: list[tuple[ModelMessage, dict[str, Any]]] = PrivateAttr(default_factory=list)
+    """The JSON of ``messages`` at the last :func:`~durable_harness.agent.calls.dump_state`, by
+    message object: a message that is not the last ones is never changed again, so its JSON is
+    made once (a checkpoint's cost does not grow with the history)."""
+
     _turn_ends: bool | None = PrivateAttr(default=None)
     """Whether the turn ends after the step that just ended (decided once, at the step's end)."""
 
