@@ -9,27 +9,39 @@ PORT ?= 8000
 # A second interpreter for the suite (the code supports 3.11 and 3.12); skipped if absent.
 PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(command -v python3.12); do "$$p" -c 'import sys' 2>/dev/null && echo "$$p" && break; done)
 
-.PHONY: dev chat web chromium test-browser test test-loaded setup node-setup lint typecheck test-python test-python312 test-node clean
+.PHONY: dev chat web chromium test-browser test test-loaded setup serve-setup node-setup lint typecheck test-python test-python312 test-node test-nextjs nextjs-build clean
 
-dev: setup web
+dev: serve-setup web
 	$(PY) -m durable_harness serve --host $(HOST) --port $(PORT)
 
 # A terminal chat with the server `make dev` runs (in a second terminal).
-chat: setup
+chat: serve-setup
 	$(PY) -m durable_harness chat --url http://$(HOST):$(PORT)
 
-test: setup node-setup lint typecheck test-python test-node test-browser deploy-checks test-python312
+test: setup node-setup lint typecheck test-python test-node test-browser test-nextjs deploy-checks test-python312
 
 # `make test` three times in a fresh clone while two busy loops load both cores (RUNS=N for more).
 test-loaded:
 	bash tests/loaded.sh $(or $(RUNS),3)
 
+# setup: the package (editable) with every extra, the test suite's tools and the linters (`test`, `dev`).
+# serve-setup (make dev, make chat): the package alone, what serving needs, with pip's progress shown;
+# EXTRAS adds extras (`EXTRAS=pydantic-ai,aws make dev`), each set with its own stamp.
+EXTRAS ?=
+SERVE_STAMP := $(VENV)/.installed-serve$(if $(EXTRAS),-$(EXTRAS))
 setup: $(VENV)/.installed
+serve-setup: $(SERVE_STAMP)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	touch $@
+
+$(SERVE_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --progress-bar on -e '.$(if $(EXTRAS),[$(EXTRAS)])'
 	touch $@
 
 node-setup: tests/node/node_modules/.installed
@@ -48,7 +60,7 @@ web: $(STATIC)/index.html
 web/node_modules/.installed: web/package.json web/package-lock.json
 	cd web && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed
 
-$(STATIC)/index.html: web/node_modules/.installed web/index.html web/build.mjs $(wildcard web/src/*)
+$(STATIC)/index.html: web/node_modules/.installed web/index.html web/build.mjs $(wildcard web/src/* web/src/runs/*)
 	cd web && npm run build
 
 # Browser tests: playwright-core driving Debian's Chromium (installed when missing and root).
@@ -62,6 +74,21 @@ chromium:
 
 test-browser: setup web chromium tests/browser/node_modules/.installed
 	cd tests/browser && PYTHON=$(CURDIR)/$(PY) npm test
+
+# The Next.js example (examples/nextjs): its own node_modules, `next build` when a source changed
+# (a shell check rather than prerequisites: make would take the route folder's [...path] for a
+# pattern), then its browser test (tests/browser/nextjs) against the local kit.
+NEXTJS := examples/nextjs
+
+$(NEXTJS)/node_modules/.installed: $(NEXTJS)/package.json $(NEXTJS)/package-lock.json
+	cd $(NEXTJS) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed
+
+nextjs-build: $(NEXTJS)/node_modules/.installed
+	@cd $(NEXTJS) && if [ -f .next/BUILD_ID ] && [ -z "$$(find app lib next.config.mjs package-lock.json -newer .next/BUILD_ID)" ]; \
+	  then echo "examples/nextjs: built"; else NEXT_TELEMETRY_DISABLED=1 npx --no-install next build; fi
+
+test-nextjs: setup chromium tests/browser/node_modules/.installed nextjs-build
+	cd tests/browser && PYTHON=$(CURDIR)/$(PY) node --test --test-reporter=spec --test-concurrency=1 --test-force-exit nextjs/
 
 lint: setup
 	$(VENV)/bin/ruff check layers functions tests bench examples
@@ -80,7 +107,7 @@ test-python312:
 	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && .venv312/bin/pytest -q -p no:cacheprovider; fi
 
 clean:
-	rm -rf .venv .venv312 .data tests/node/node_modules web/node_modules tests/browser/node_modules $(STATIC) tests/artifacts .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .venv312 .data tests/node/node_modules web/node_modules tests/browser/node_modules $(NEXTJS)/node_modules $(NEXTJS)/.next $(STATIC) tests/artifacts .pytest_cache .mypy_cache .ruff_cache
 
 # --- Offline checks of the AWS deployment (no AWS account, no Docker) ----------------------------
 # The SAM CLI tools live in their own venv: aws-sam-cli pins versions that may clash with ours.

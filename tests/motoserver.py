@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from durable_harness.aws._listing import principal_index_definition
+
 __all__ = ["MotoEndpoint", "create_runs_table"]
 
 REGION = "us-east-1"
@@ -18,15 +20,18 @@ REGION = "us-east-1"
 
 
 def create_runs_table(ddb: Any, table: str, *, ttl: bool = False) -> None:
-    """Create ``table`` with the runs table's layout (``pk``/``sk`` strings, on demand; with ``ttl``, TTL
-    on ``expires_at``) through the DynamoDB client ``ddb``."""
+    """Create ``table`` with the runs table's layout (``pk``/``sk`` strings, on demand, the index of a
+    principal's runs; with ``ttl``, TTL on ``expires_at``) through the DynamoDB client ``ddb``."""
     ddb.create_table(
         TableName=table,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         AttributeDefinitions=[
             {"AttributeName": "pk", "AttributeType": "S"},
             {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "principal", "AttributeType": "S"},
+            {"AttributeName": "created_at", "AttributeType": "S"},
         ],
+        GlobalSecondaryIndexes=[principal_index_definition()],
         BillingMode="PAY_PER_REQUEST",
     )
     if ttl:

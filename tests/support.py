@@ -185,3 +185,21 @@ def _serve_httpd(app: Any, **options: Any) -> Iterator[str]:
 def user_message(text: str, message_id: str = "u1") -> dict[str, Any]:
     """A UI user message as the client sends it."""
     return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def gated_agent(gate: threading.Event, text: str = "done") -> Any:
+    """An agent whose turn streams ``text-start``, then waits for ``gate`` before it answers ``text``:
+    a run that is in progress for as long as a test needs."""
+    from durable_harness import Agent
+    from durable_harness.models.base import ModelRequest
+    from durable_harness.models.scripted import FunctionModel, text_step
+    from durable_harness.protocol import harness_parts as hp
+
+    async def waits(request: ModelRequest, step: int) -> Any:
+        yield hp.TextStartPart(id="t0")
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        for part in text_step(text)[1:]:
+            yield part
+
+    return Agent(model=FunctionModel(waits))

@@ -36,7 +36,8 @@ def get_weather(input: City) -> dict[str, object]:
 agent = ProcessHarness(
     command=[sys.executable, str(HERE / "notes_harness.py")],
     cwd=HERE,
-    env={"PYTHONUNBUFFERED": "1"},
+    # The program's environment is PATH, HOME, LANG, TZ and these (None: the server's value, if set).
+    env={"PYTHONUNBUFFERED": "1", "NOTES_DIR": None, "STEP_SECONDS": None},
     tools=[get_weather],
     builtin_tools=["draft_note", "save_note", "work"],
     stop_grace_seconds=float(os.environ.get("HARNESS_STOP_GRACE_SECONDS", "10")),

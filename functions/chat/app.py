@@ -17,10 +17,13 @@ import os
 from collections.abc import Mapping
 
 from durable_harness.cli import agent_spec, load_agent
+from durable_harness.hardening import deny_proc_reads
 from durable_harness.server.app import ChatApp
 from durable_harness.server.auth import authenticator_from_env
 from durable_harness.server.service import ServiceConfig
 from durable_harness.server.static import web_page_dir
+
+deny_proc_reads()  # the programs and subprocesses we start cannot read our environment or memory
 
 
 def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:

@@ -29,8 +29,11 @@ from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.aws.tracing import capture_lambda_handler
 from durable_harness.cli import agent_spec, load_agent
 from durable_harness.errors import HarnessError, RunNotFoundError
+from durable_harness.hardening import deny_proc_reads
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState
+
+deny_proc_reads()  # the programs and subprocesses we start cannot read our environment or memory
 
 logger = Logger()
 metrics = Metrics()

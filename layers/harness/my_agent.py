@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from durable_harness import Agent, tool
+from durable_harness.models import LanguageModel
 from pydantic import BaseModel, Field
 
 INSTRUCTIONS = """You are a helpful assistant. Use the tools when they help.
@@ -68,8 +69,9 @@ def long_step(input: LongStepInput) -> dict[str, object]:
     return {"part": input.part, "of": input.of, "done": input.part == input.of}
 
 
-def build_agent(*, model: str | None = None, delay: float | None = None) -> Agent:
-    """The agent. ``delay`` slows the demo model's streaming (seconds between pieces)."""
+def build_agent(*, model: str | LanguageModel | None = None, delay: float | None = None) -> Agent:
+    """The agent. ``model``: a model spec (default ``MODEL_ID``) or a model object, e.g. a
+    ``ScriptedModel`` in a test; ``delay`` slows the demo model's streaming (seconds between pieces)."""
     spec = model or os.environ.get("MODEL_ID", "demo")
     if spec == "demo" and delay is not None:
         from durable_harness.models.demo import DemoModel

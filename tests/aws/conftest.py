@@ -74,6 +74,20 @@ def new_log(ddb: Any, s3: Any, **options: Any) -> DynamoChunkLog:
     return DynamoChunkLog(TABLE, dynamodb_client=ddb, s3_client=s3, bucket=BUCKET, **options)
 
 
+def set_format(ddb: Any, key: dict[str, Any], found: str | None) -> None:
+    """Make item ``key``'s storage format version ``found`` (``None``: remove it), as another
+    release would have written it."""
+    names = {"#f": "format"}
+    if found is None:
+        ddb.update_item(TableName=TABLE, Key=key, UpdateExpression="REMOVE #f", ExpressionAttributeNames=names)
+    else:
+        values = {":f": {"N": found}}
+        ddb.update_item(
+            TableName=TABLE, Key=key, UpdateExpression="SET #f = :f", ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )  # fmt: skip
+
+
 class RequestCounter:
     """Counts the HTTP requests clients send, by operation name (retries count separately)."""
 

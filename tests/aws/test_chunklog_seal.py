@@ -1,6 +1,5 @@
 """DynamoChunkLog's S3 side: sealed segments (the log of record), the segment index, reads from
-segments when items are gone, crashes mid-seal, and logs of the previous format (S3 segments and
-a head item) read and taken over after the upgrade."""
+segments when items are gone, crashes mid-seal."""
 
 from __future__ import annotations
 
@@ -10,11 +9,11 @@ from typing import Any
 import pytest
 from durable_harness.aws import DynamoCheckpointStore
 from durable_harness.aws._logseal import Segments
-from durable_harness.errors import FencedError, StorageError
+from durable_harness.errors import FatalError, FencedError, FormatVersionError, StorageError
 from durable_harness.ids import new_run_id
 from durable_harness.ports import Checkpoint
 
-from tests.aws.conftest import BUCKET, TABLE, Fault, RequestCounter, new_log
+from tests.aws.conftest import BUCKET, TABLE, Fault, RequestCounter, new_log, set_format
 
 FINISH = '{"type":"finish","finishReason":"stop"}'
 
@@ -39,7 +38,7 @@ def index_of(ddb: Any, run_id: str) -> tuple[int, list[int]]:
 
 
 def segments(s3: Any, run_id: str) -> dict[str, list[str]]:
-    """The run's sealed segment objects: key -> chunks (not the previous format's objects)."""
+    """The run's sealed segment objects: key -> chunks."""
     listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"runs/{run_id}/").get("Contents", [])
     keys = [o["Key"] for o in listed if "/seg/" in o["Key"] and o["Key"].endswith(".ndjson")]
     return {k: s3.get_object(Bucket=BUCKET, Key=k)["Body"].read().decode().splitlines() for k in keys}
@@ -207,63 +206,38 @@ def test_a_seal_record_lands_only_where_the_index_ends(ddb: Any, s3: Any) -> Non
     assert index_of(ddb, run_id) == (9, [7, 9])
 
 
-# --- the previous format --------------------------------------------------------------------------
+# --- the format version ---------------------------------------------------------------------------
 
 
-def legacy_log(
-    ddb: Any, s3: Any, run_id: str, parts: list[list[str]], epoch: int = 3, inc: str | None = "a1b2c3d4e5"
-) -> None:
-    """A log as the previous S3 chunk log left it: a head item and one object per append (the
-    committed one at each start has the highest epoch), plus orphans it never committed."""
-    head: dict[str, Any] = {"pk": {"S": run_id}, "sk": {"S": "log"}, "epoch": {"N": str(epoch)}}
-    folder = f"runs/{run_id}/{inc}/seg/" if inc else f"runs/{run_id}/seg/"
-    start = 0
-    for part in parts:
-        for e, body in ((epoch, part), (epoch - 1, ["orphan"] * len(part))):  # an orphan of a fenced writer
-            name = f"{10**12 - start:013d}-{10**12 - e:013d}"
-            s3.put_object(Bucket=BUCKET, Key=folder + name, Body="".join(c + "\n" for c in body).encode())
-        start += len(part)
-    s3.put_object(Bucket=BUCKET, Key=f"{folder}{10**12 - start:013d}-{10**12 - epoch:013d}", Body=b"uncommitted\n")
-    head.update({"count": {"N": str(start)}, "writer": {"N": str(epoch)}, "writer_from": {"N": "0"}})
-    if inc:
-        head["inc"] = {"S": inc}
-    ddb.put_item(TableName=TABLE, Item=head)
-
-
-@pytest.mark.parametrize("inc", ["a1b2c3d4e5", None], ids=["incarnation", "before-incarnations"])
-def test_a_log_of_the_previous_format_is_read_as_it_is(ddb: Any, s3: Any, inc: str | None) -> None:
-    run_id = new_run_id()
-    expected = [*chunks(0, 9), FINISH]
-    legacy_log(ddb, s3, run_id, [expected[:4], expected[4:5], expected[5:]], inc=inc)
-    every_read(ddb, s3, run_id, expected)
-    assert log_items(ddb, run_id) == {}  # reading changes nothing
-
-
-def test_the_first_writer_after_the_upgrade_fences_the_previous_log_and_seals_it(ddb: Any, s3: Any) -> None:
-    run_id = new_run_id()
-    before = chunks(0, 7)
-    legacy_log(ddb, s3, run_id, [before[:3], before[3:]], epoch=3)
+@pytest.mark.parametrize("found", [None, "2"], ids=["no-format", "another-format"])
+def test_a_log_of_another_storage_format_is_refused_saying_what_to_do(ddb: Any, s3: Any, found: str | None) -> None:
+    """The segment index is the log's head: it carries the layout's format version whether the run
+    record made it or the first seal did, and a reader refuses a log of another format (or none)."""
+    bare = new_run_id()  # a log of no run record: its index comes with its first seal
     log = new_log(ddb, s3)
-    with pytest.raises(FencedError):
-        log.open(run_id, 2)  # older than the previous log's fence
-    assert log.open(run_id, 4) == 7
-    head = ddb.get_item(TableName=TABLE, Key={"pk": {"S": run_id}, "sk": {"S": "log"}})["Item"]
-    assert head["epoch"] == {"N": "4"}  # a slice still on the previous code can commit no more
-    assert index_of(ddb, run_id) == (7, [7])
-    assert list(segments(s3, run_id).values()) == [before]  # one segment in the new layout
-    log.append(run_id, 7, [*chunks(7, 2), FINISH], 4)
-    expected = [*before, *chunks(7, 2), FINISH]
-    every_read(ddb, s3, run_id, expected)
-    assert index_of(ddb, run_id) == (10, [7, 10])
-    # A later open (the next slice) goes on in the new layout.
-    assert new_log(ddb, s3).open(run_id, 5) == 10
-
-
-def test_an_empty_log_of_the_previous_format_is_taken_over(ddb: Any, s3: Any) -> None:
-    run_id = new_run_id()
-    legacy_log(ddb, s3, run_id, [], epoch=0)
-    log = new_log(ddb, s3)
-    assert log.read(run_id, 0) == [] and log.tail(run_id, 3) == (0, [])
-    assert log.open(run_id, 1) == 0
-    log.append(run_id, 0, [*chunks(0, 2), FINISH], 1)
-    every_read(ddb, s3, run_id, [*chunks(0, 2), FINISH])
+    assert log.open(bare, 1) == 0
+    log.append(bare, 0, [*chunks(0, 2), FINISH], 1)
+    run_id = created(ddb)
+    log.open(run_id, 1)
+    log.append(run_id, 0, [*chunks(0, 3), FINISH], 1)
+    for run in (bare, run_id):
+        [index] = [k for k in log_items(ddb, run) if k.endswith("#~")]
+        assert log_items(ddb, run)[index]["format"] == {"N": "1"}
+    key = {"pk": {"S": run_id}, "sk": {"S": index}}
+    set_format(ddb, key, found)
+    before = log_items(ddb, run_id)
+    calls = {
+        "read": lambda reader: reader.read(run_id, 0),
+        "tail": lambda reader: reader.tail(run_id, 2),
+        "count": lambda reader: reader.count(run_id),
+        "open": lambda reader: reader.open(run_id, 2),
+    }
+    for name, call in calls.items():
+        reader = new_log(ddb, s3)
+        with pytest.raises(
+            FormatVersionError, match=r"log of run .* storage format .*reads format 1.*release"
+        ) as caught:
+            call(reader)
+        assert isinstance(caught.value, FatalError), name
+        reader.close()
+    assert log_items(ddb, run_id) == before  # nothing was written

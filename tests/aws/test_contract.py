@@ -27,6 +27,7 @@ from tests.storage.test_storage_contract import (
     test_save_with_stale_version_raises_fenced_and_writes_nothing,
     test_summary_is_the_records_status_and_owner_and_follows_saves,
     test_tail_is_the_count_and_the_last_chunks,
+    test_the_latest_run_of_a_chat_is_the_one_its_principal_created_last,
     test_unknown_run_raises_not_found,
     test_version_reads_the_heads_version,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "test_save_with_stale_version_raises_fenced_and_writes_nothing",
     "test_summary_is_the_records_status_and_owner_and_follows_saves",
     "test_tail_is_the_count_and_the_last_chunks",
+    "test_the_latest_run_of_a_chat_is_the_one_its_principal_created_last",
     "test_unknown_run_raises_not_found",
     "test_version_reads_the_heads_version",
 ]

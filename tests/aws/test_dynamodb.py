@@ -1,5 +1,5 @@
-"""DynamoCheckpointStore beyond the shared contract: the head and its records, offloading, records
-written before records existed, TTL, idempotent create, lost replies, errors."""
+"""DynamoCheckpointStore beyond the shared contract: the head and its records, offloading, TTL,
+idempotent create, lost replies, errors."""
 
 from __future__ import annotations
 
@@ -8,10 +8,18 @@ from typing import Any
 
 import pytest
 from durable_harness.aws import AwsRequestError, DynamoCheckpointStore
-from durable_harness.errors import FencedError, RetryableError, RunExistsError, RunNotFoundError, StorageError
+from durable_harness.errors import (
+    FatalError,
+    FencedError,
+    FormatVersionError,
+    RetryableError,
+    RunExistsError,
+    RunNotFoundError,
+    StorageError,
+)
 from durable_harness.ports import Checkpoint
 
-from tests.aws.conftest import BUCKET, TABLE, Fault, RequestCounter
+from tests.aws.conftest import BUCKET, TABLE, Fault, RequestCounter, set_format
 
 DAY = 86400
 
@@ -160,35 +168,24 @@ def test_a_record_over_the_limit_without_a_bucket_fails_before_writing(ddb: Any)
         store.load("run-1")
 
 
-@pytest.mark.parametrize("where", ["inline", "object"])
-def test_a_run_saved_before_records_existed_loads_and_moves_to_records(ddb: Any, s3: Any, where: str) -> None:
-    """A head written by the previous format holds the whole state (inline, or an S3 object); it
-    loads as it is, and its first save writes one full record and drops the old state."""
-    old_state = big_state("old", 50_000)
-    head: dict[str, Any] = {
-        "pk": {"S": "run-1"}, "sk": {"S": "run"}, "version": {"N": "4"}, "epoch": {"N": "2"},
-        "status": {"S": "ready_for_next_step"}, "meta": {"M": {}}, "created_at": {"S": "2026-11-30T10:00:00.000+00:00"},
-        "updated_at": {"S": "2026-11-30T10:00:00.000+00:00"}, "inc": {"S": "0123456789"},
-    }  # fmt: skip
-    if where == "inline":
-        head["state"] = {"S": old_state}
-    else:
-        key = "runs/run-1/state/0000000004-abcdef012345.json"
-        s3.put_object(Bucket=BUCKET, Key=key, Body=old_state.encode())
-        head["state_key"] = {"S": key}
-    ddb.put_item(TableName=TABLE, Item=head)
-    store = DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET)
-    loaded = store.load("run-1")
-    assert (loaded.state, loaded.version, loaded.epoch) == (old_state, 4, 2)
-
-    newer = json.dumps({"tag": "old", "history": "x" * 50_000, "step": 5})
-    store.save(record(state=newer, status="ready_for_next_step"), 4)
-    assert "state" not in item(ddb) and "state_key" not in item(ddb)
-    assert records(ddb)["run#00000001"]["kind"] == {"S": "full"} and state_objects(s3) == []
-    store.save(record(state=json.dumps({"tag": "old", "history": "x" * 50_000, "step": 6})), 5)
-    assert records(ddb)["run#00000002"]["kind"] == {"S": "delta"}
-    cold = DynamoCheckpointStore(TABLE, client=ddb, s3_client=s3, bucket=BUCKET)
-    assert json.loads(cold.load("run-1").state)["step"] == 6
+@pytest.mark.parametrize("found", [None, "2"], ids=["no-format", "another-format"])
+def test_a_record_of_another_storage_format_is_refused_saying_what_to_do(
+    store: DynamoCheckpointStore, ddb: Any, found: str | None
+) -> None:
+    """Create stamps the head with the storage format it writes; a head of another format (or of
+    none) is never read as if it were this one: its attributes may mean something else."""
+    store.create(record(state=history(3)))
+    assert item(ddb)["format"] == {"N": "1"}
+    key = {"pk": {"S": "run-1"}, "sk": {"S": "run"}}
+    set_format(ddb, key, found)
+    cold = DynamoCheckpointStore(TABLE, client=ddb)
+    for read in (cold.load, cold.summary, lambda run_id: cold.claim(run_id, 1)):
+        with pytest.raises(
+            FormatVersionError, match=r"run 'run-1' is in storage format .*reads format 1.*release"
+        ) as caught:
+            read("run-1")
+        assert isinstance(caught.value, FatalError)  # running the slice again cannot help
+    assert item(ddb)["version"] == {"N": "1"}  # nothing was written
 
 
 def test_a_run_whose_records_expired_is_missing(store: DynamoCheckpointStore, ddb: Any) -> None:

@@ -66,7 +66,7 @@ def test_creating_a_run_makes_an_incarnation_and_an_empty_log_of_it_in_one_trans
     index = f"c#{int(clock.now * 1000):013d}.{inc}#~"  # the incarnation's segment index: nothing sealed
     assert log_keys(found) == [index]
     assert found[index] == {
-        "pk": {"S": run_id}, "sk": {"S": index}, "sealed": {"N": "0"},
+        "pk": {"S": run_id}, "sk": {"S": index}, "sealed": {"N": "0"}, "format": {"N": "1"},
         "expires_at": {"N": str(int(clock.now) + 40 * DAY)},  # as long as segments live
     }  # fmt: skip
     # A create that finds the run alive writes nothing: not the record, not the log.

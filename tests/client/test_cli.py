@@ -162,7 +162,7 @@ def test_runs_cancel(tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str
         assert result.stdout == f"{stream.run_id}: cancelled\n"
         assert stream.collect()[-1].to_dict() == {"type": "finish", "finishReason": "other"}
         again = in_process(capsys, "runs", "cancel", stream.run_id or "", "--url", base)
-    assert_one_line_error(again, "HTTP 409 (run_ended)")
+    assert again.returncode == 0 and again.stdout == f"{stream.run_id}: cancelled\n"  # idempotent
     assert_one_line_error(in_process(capsys, "runs", "cancel", "wrun_" + "0" * 26, "--url", url), "HTTP 404")
 
 
@@ -207,3 +207,30 @@ def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as caught:
         main(args)
     assert caught.value.code == 2 and "usage: durable-harness" in capsys.readouterr().err
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import tomllib
+
+    packaged = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["version"]
+    result = in_process(capsys, "--version")
+    assert result.returncode == 0 and result.stdout == f"durable-harness {packaged}\n"
+
+
+def test_the_client_commands_default_to_the_servers_port(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = finished_run(url, "What is the weather in Paris?")
+    monkeypatch.delenv("CHAT_URL", raising=False)
+    monkeypatch.setenv("PORT", url.rsplit(":", 1)[1])  # as `PORT=... make dev` serves it
+    shown = in_process(capsys, "runs", "show", run_id)
+    assert shown.returncode == 0 and f"{run_id}" in shown.stdout and "finished" in shown.stdout
+    monkeypatch.setenv("CHAT_URL", url.replace("127.0.0.1", "localhost"))  # CHAT_URL wins over PORT
+    assert in_process(capsys, "runs", "show", run_id).returncode == 0
+
+
+def test_a_bad_model_id_is_one_line(tmp_path: Path) -> None:
+    result = cli("serve", "--data-dir", str(tmp_path / "data"), "--port", str(free_port()), env={"MODEL_ID": "nope"})
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("cannot build agent 'my_agent:build_agent': unknown model spec 'nope'")

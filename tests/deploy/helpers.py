@@ -23,11 +23,12 @@ def runtime_of(stack: MotoStack, logical_id: str = "ChatFunction") -> AwsRuntime
         return build_runtime()
 
 
-def start_run(stack: MotoStack, text: str = "Check alpha and beta.") -> str:
-    """Create a run and start its execution, as the chat function does for a POST; its id."""
+def start_run(stack: MotoStack, text: str = "Check alpha and beta.", **fields: Any) -> str:
+    """Create a run and start its execution, as the chat function does for a POST; its id.
+    ``fields`` go to ``Runner.create_run`` (``chat_id=``, ``principal=``)."""
     runtime = runtime_of(stack)
     runner = Runner(agents.build_agent(), runtime.store, runtime.log)
-    run_id = runner.create_run([UserMessage(content=[TextPart(text=text)])]).run_id
+    run_id = runner.create_run([UserMessage(content=[TextPart(text=text)])], **fields).run_id
     runtime.orchestrator.start(run_id)
     return run_id
 

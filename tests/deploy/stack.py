@@ -101,6 +101,7 @@ ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("deploy_test_
 (a thread of moto's interpreter, i.e. the state machine, or a worker pool of a handler)."""
 
 _invoke_lock = threading.RLock()
+_dynamodb_atomic = threading.Lock()
 
 
 @dataclass
@@ -379,6 +380,7 @@ class MotoStack:
             BillingMode=table["BillingMode"],
             AttributeDefinitions=table["AttributeDefinitions"],
             KeySchema=table["KeySchema"],
+            GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
             SSESpecification={"Enabled": table["SSESpecification"]["SSEEnabled"]},
         )
         ddb.update_time_to_live(TableName=table_name, TimeToLiveSpecification=table["TimeToLiveSpecification"])
@@ -653,6 +655,12 @@ class MotoStack:
                 # The service's modeled exception where it has one (as botocore raises it): Step
                 # Functions' AWS SDK integration names the error after its class.
                 raise client.exceptions.from_code(code)(error, operation_name)
+            if client.meta.service_model.service_name == "dynamodb":
+                # moto's backends take no locks: a transaction deep-copies the table while another
+                # thread writes it ("dictionary changed size during iteration"), and two conditional
+                # writes can interleave. DynamoDB applies each request atomically: so does this.
+                with _dynamodb_atomic:
+                    return original(client, operation_name, api_params)
             return original(client, operation_name, api_params)
 
         return recording
@@ -782,6 +790,8 @@ def iam_request(
         return actions, tables
     if prefix == "dynamodb":
         resource = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{params.get('TableName', '*')}"
+        if params.get("IndexName"):  # a Query of an index is authorized on the index's ARN
+            resource += f"/index/{params['IndexName']}"
         return [action], [resource]
     if prefix == "s3":
         bucket = params.get("Bucket", "*")

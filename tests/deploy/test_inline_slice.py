@@ -292,6 +292,10 @@ async def test_a_cancel_during_the_in_process_slice_ends_the_run_once(stack: Mot
     post, response, _ = await started_post(chat_app(stack))
     run_id = response.headers["x-workflow-run-id"]
     await wait_for(agents.CONTROL.entered_gate.is_set, "step 2 to start")
+    # The execution is started beside the first slice: under load it may not exist yet, and a cancel
+    # before it exists has nothing to stop (the late execution then ends as the run did, SUCCEEDED).
+    # This test is about stopping a running one, so it cancels once there is one.
+    await wait_for(lambda: any(e["name"].startswith(run_id) for e in stack.executions()), "the execution to start")
     # The cancel reaches another chat function (this one is busy with the POST).
     cancel = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/cancel")
     cancel["body"] = ""

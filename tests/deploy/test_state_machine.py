@@ -7,6 +7,7 @@ stack fixture also checks every AWS call made against the template's IAM policie
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -191,6 +192,26 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     assert announced == [("Run Started", run_id, "ready_for_next_step"), ("Run Cancelled", run_id, "cancelled")]
 
 
+async def test_ten_simultaneous_cancels_in_ten_chat_functions_all_answer_200_with_one_finish(stack: MotoStack) -> None:
+    listen = lifecycle_listener(stack)
+    with stack.function_env("ChatFunction"):
+        apps = [load_chat_app() for _ in range(10)]  # ten instances of the function: nothing shared in-process
+    agents.CONTROL.gate = gate = threading.Event()
+    run_id = start_run(stack)
+    wait_until(agents.CONTROL.entered_gate.is_set, what="the second slice to start")
+    cancel = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/cancel")
+    cancel["body"] = ""
+    answers = await asyncio.gather(*(call(app, cancel) for app in apps))
+    gate.set()
+    assert [(a.status, a.json()["status"]) for a in answers] == [(200, "cancelled")] * 10, [a.body for a in answers]
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "ABORTED"
+    chunks = log_of(stack, run_id)
+    assert types(chunks).count("finish") == 1 and chunks[-1]["finishReason"] == "other"
+    assert state_of(stack, run_id).status == "cancelled"
+    assert [e["detail-type"] for e in listen()].count("Run Cancelled") == 1
+
+
 SIGNING_KEY = "s3cr3t-signing-key-0123456789abcdef"
 
 
@@ -226,5 +247,6 @@ async def test_cancelling_a_run_paused_for_approval_announces_run_cancelled(stac
     assert response.status == 200 and response.json()["status"] == "cancelled"
     kinds = [(e["detail-type"], e["detail"]["status"]) for e in listen()]
     assert kinds[-1] == ("Run Cancelled", "cancelled") and ("Run Awaiting Approval", "awaiting_tool_approval") in kinds
-    assert (await call(app, cancel)).status == 409  # cancelled once; nothing announced again
+    again = await call(app, cancel)
+    assert again.status == 200 and again.json()["status"] == "cancelled"  # idempotent; nothing announced again
     assert listen() == []

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from durable_harness.aws._listing import PRINCIPAL_INDEX, principal_index_definition
 from durable_harness.aws.events import parse_start_run_event
 
 from .cfn import ROOT, Resolver, function_properties, load_template
@@ -77,7 +78,9 @@ def test_the_layer_installs_every_runtime_dependency() -> None:
     layer = [line for line in lines if line.strip() and not line.startswith("#")]
     # uvicorn serves `make dev` only: the chat function serves with h11 (durable_harness.server.httpd)
     local_only = {"uvicorn"}
-    assert names(pyproject["project"]["dependencies"]) - local_only <= names(layer)
+    # The layer is the library with its `aws` extra (the functions' AWS adapters and Bedrock).
+    runtime = pyproject["project"]["dependencies"] + pyproject["project"]["optional-dependencies"]["aws"]
+    assert names(runtime) - local_only <= names(layer)
     assert not names(layer) & local_only and "h11" in names(layer)
     assert any(line.startswith("aws-lambda-powertools[tracer]") for line in layer)  # Tracer needs the X-Ray SDK
 
@@ -90,7 +93,8 @@ from the model files of the botocore repository's release tags); the chunk log u
 def test_the_sdk_floor_has_the_conditional_writes_the_chunk_log_uses() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     layer = (ROOT / "layers" / "harness" / "requirements.txt").read_text().splitlines()
-    for source, requirements in (("pyproject.toml", pyproject["project"]["dependencies"]), ("layer", layer)):
+    aws = pyproject["project"]["optional-dependencies"]["aws"]
+    for source, requirements in (("pyproject.toml [aws]", aws), ("layer", layer)):
         for package in ("boto3", "botocore"):
             [floor] = [r for r in requirements if re.match(rf"{package}\s*>=", r)]
             version = tuple(int(x) for x in floor.split(">=")[1].split(",")[0].strip().split("."))
@@ -163,10 +167,27 @@ def test_the_runs_table() -> None:
         {"AttributeName": "pk", "KeyType": "HASH"},
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ]
-    assert {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]} == {"pk": "S", "sk": "S"}
+    attributes = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
+    assert attributes == {"pk": "S", "sk": "S", "principal": "S", "created_at": "S"}
+    # The runs inspector's index, as the store queries it and moto's tables have it (tests/motoserver.py).
+    assert props["GlobalSecondaryIndexes"] == [principal_index_definition()]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert props["SSESpecification"] == {"SSEEnabled": True}
+
+
+def test_only_the_chat_function_may_query_the_principal_index_and_only_that() -> None:
+    index_arn = {"Fn::Sub": "${RunsTable.Arn}/index/" + PRINCIPAL_INDEX}
+    granted = []
+    for logical_id, resource in RESOURCES.items():
+        for policy in resource.get("Properties", {}).get("Policies", []) or []:
+            for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+                if statement.get("Resource") == index_arn:
+                    granted.append((logical_id, statement["Effect"], statement["Action"]))
+    assert granted == [("ChatFunction", "Allow", "dynamodb:Query")]
+    # The shared policy grants the table itself, never its indexes.
+    for statement in RESOURCES["RunDataPolicy"]["Properties"]["PolicyDocument"]["Statement"]:
+        assert "index" not in json.dumps(statement["Resource"])
 
 
 def test_the_chunk_bucket_is_private_encrypted_tls_only_and_expires() -> None:

@@ -11,6 +11,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from durable_harness.harness import ProcessHarness
 
@@ -29,8 +30,19 @@ def faulty(mode: str, *, grace: float = GRACE, fault_dir: Path = FAULT_DIR) -> P
     return ProcessHarness(
         command=[sys.executable, str(HERE / "faulty_notes.py"), mode, str(fault_dir)],
         tools=[get_weather],
+        env=example.env,
         builtin_tools=BUILTIN,
         stop_grace_seconds=grace,
+    )
+
+
+def misbehaving(mode: str, **options: Any) -> ProcessHarness:
+    """``misbehaving.py MODE`` (see there), with ``get_weather`` as its host tool; it gets ``PIDS_DIR``."""
+    return ProcessHarness(
+        command=[sys.executable, str(HERE / "misbehaving.py"), mode],
+        env={"PIDS_DIR": None, **options.pop("env", {})},
+        tools=[get_weather],
+        **options,
     )
 
 
@@ -38,6 +50,8 @@ kills_mid_step = faulty("kill-mid-step")
 ignores_stop = faulty("ignore-stop")
 invalid_output = faulty("invalid-output")
 exits_early = faulty("exit-early")
+orphan = misbehaving("orphan")
+environ = misbehaving("environ")
 
 
 def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
@@ -49,4 +63,7 @@ def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-__all__ = ["example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kill_mid_step", "kills_mid_step"]
+__all__ = [
+    "environ", "example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kill_mid_step", "kills_mid_step",
+    "misbehaving", "orphan",
+]  # fmt: skip

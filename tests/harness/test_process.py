@@ -7,24 +7,28 @@ as a real child process; faults are injected by ``faulty_notes.py``, which wraps
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from durable_harness import Tool
+from durable_harness import Output, Tool
 from durable_harness.approvals import sign_tool_approval
-from durable_harness.errors import AgentConfigError
+from durable_harness.errors import AgentConfigError, InvalidRequestError
 from durable_harness.harness import DEFAULT_STOP_GRACE_SECONDS, CancelNotice, ProcessHarness, TurnRequest
 from durable_harness.harness.process import HIDDEN_ENV, ProcessTurn
 from durable_harness.protocol.ui_messages import convert_to_model_messages, parse_ui_messages
+from durable_harness.server.local import build_local_kit
+from pydantic import BaseModel
 
 from examples.harness_program.agent import City, get_weather
 from tests.harness import agents
 from tests.harness.support import SECRET, Turns, answered, parts_of
-from tests.support import log_chunks, user_message
+from tests.support import log_chunks, serve, user_message
 
 NOTE = "Save a note: buy milk"
 LONG = "Run a long task in 3 parts"
@@ -35,6 +39,7 @@ def _fast_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("STEP_SECONDS", "0.05")
     notes = tmp_path / "notes"
     monkeypatch.setenv("NOTES_DIR", str(notes))
+    monkeypatch.setenv("PIDS_DIR", str(tmp_path / "pids"))  # for the misbehaving programs
     return notes
 
 
@@ -261,3 +266,86 @@ async def test_a_cancelled_run_kills_its_program_and_tells_the_harness(monkeypat
 
 def to_model(ui: list[dict[str, Any]]) -> list[Any]:
     return convert_to_model_messages(parse_ui_messages(ui))
+
+
+# --- parity with the built-in agent: protocol field, call options, output, results ----------------
+
+
+class Tone(BaseModel):
+    tone: str = "plain"
+    answer: dict[str, Any] | None = None
+
+
+class Answer(BaseModel):
+    city: str
+    degrees: int
+
+
+async def run_with_options(harness: ProcessHarness, raw: dict[str, Any]) -> tuple[Turns, list[dict[str, Any]], Any]:
+    turns = Turns(harness)
+    options = harness.parse_call_options(raw)
+    run_id = turns.runner.create_run(to_model([user_message("hi")]), message_id="msg_p", call_options=options).run_id
+    state = await turns.orchestrator.drive(run_id)
+    return turns, log_chunks(turns.log, run_id), state
+
+
+async def test_the_first_line_carries_the_protocol_version_and_the_validated_call_options(tmp_path: Path) -> None:
+    harness = agents.misbehaving("echo", call_options=Tone, registry_dir=tmp_path)
+    _, chunks, state = await run_with_options(harness, {"tone": "dry"})
+    assert state.status == "finished"
+    seen = json.loads(parts_of(chunks)[-1]["text"])
+    assert seen == {"type": "start", "protocol": 1, "callOptions": {"tone": "dry", "answer": None}}
+    with pytest.raises(InvalidRequestError, match="'tone'") as bad:
+        harness.parse_call_options({"tone": 5})
+    assert bad.value.status == 400
+    # Without a model they still reach the program, as the client sent them.
+    _, chunks, _ = await run_with_options(agents.misbehaving("echo", registry_dir=tmp_path), {"locale": "fr"})
+    assert json.loads(parts_of(chunks)[-1]["text"])["callOptions"] == {"locale": "fr"}
+
+
+def test_a_bad_call_option_is_a_400_through_the_api(tmp_path: Path) -> None:
+    harness = agents.misbehaving("echo", call_options=Tone, registry_dir=tmp_path)
+    kit = build_local_kit(harness, tmp_path / "data", static_dir=None)
+    with serve(kit.app) as url:
+        response = httpx.post(f"{url}/api/chat", json={"messages": [user_message("hi")], "tone": 5})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_call_options"
+
+
+async def test_structured_output_comes_from_the_checkpoint_after_finish(tmp_path: Path) -> None:
+    harness = agents.misbehaving("echo", call_options=Tone, output=Output.object(Answer), registry_dir=tmp_path)
+    assert harness.options.has_output
+    turns, _, state = await run_with_options(harness, {"answer": {"city": "Oslo", "degrees": "4"}})
+    assert state.status == "finished" and state.final_result.output == {"city": "Oslo", "degrees": 4}
+    assert turns.runner.result(state)["output"] == {"city": "Oslo", "degrees": 4}
+    _, chunks, state = await run_with_options(harness, {"answer": {"city": "Oslo"}})
+    assert state.status == "failed" and chunks[-1] == {"type": "finish", "finishReason": "error"}
+    assert "output does not fit the agent's output" in state.error and "degrees" in state.error
+
+
+async def test_every_harness_result_has_text_steps_and_response_messages() -> None:
+    turns = Turns(agents.example)
+    chunks, state = await turns.ask("What is the weather in Paris?")
+    result = turns.runner.result(state)
+    expected = get_weather.execute(City(city="Paris"))  # type: ignore[misc]
+    assert result["text"] == parts_of(chunks)[-1]["text"]
+    assert [s["finishReason"] for s in result["steps"]] == ["tool-calls", "stop"]
+    (call,) = result["steps"][0]["toolCalls"]
+    assert call["toolName"] == "get_weather" and call["input"] == {"city": "Paris"}
+    assert result["steps"][0]["toolResults"][0]["output"] == {"type": "json", "value": expected}
+    roles = [m["role"] for m in result["responseMessages"]]
+    assert roles == ["assistant", "tool", "assistant"]
+    assert result["responseMessages"][-1]["content"] == [{"type": "text", "text": result["text"]}]
+
+
+async def test_the_result_steps_carry_the_usage_of_each_finish_step(tmp_path: Path) -> None:
+    turns, chunks, state = await run_with_options(agents.misbehaving("echo", registry_dir=tmp_path), {})
+    (step,) = turns.runner.result(state)["steps"]
+    assert step["usage"] == {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5}
+    assert step["text"] == parts_of(chunks)[-1]["text"]
+
+
+async def test_a_host_result_the_program_echoes_is_logged_once(tmp_path: Path) -> None:
+    chunks, state = await Turns(agents.misbehaving("host-echo", registry_dir=tmp_path)).ask("hi")
+    assert state.status == "finished"
+    outputs = [c for c in chunks if c["type"] == "tool-output-available" and c["toolCallId"] == "call_w"]
+    assert len(outputs) == 1

@@ -1,6 +1,6 @@
 """Bugs the reliability suites found, one regression test each (all fixed since: a write token in
 the DynamoDB store and a write id in the chunk log recognise a write whose reply was lost; a
-retried cancel completes an unfinished cancel before answering 409).
+retried cancel completes an unfinished cancel before answering).
 
 
 1. An ambiguous DynamoDB write stops the run for good. DynamoDB may apply a conditional write and
@@ -20,6 +20,7 @@ retried cancel completes an unfinished cancel before answering 409).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,3 +106,24 @@ async def test_a_cancel_that_crashed_before_appending_finish_is_completed_when_r
         assert exc.status == 409
     # ...but the run's log must end with finish, or every follower waits forever.
     assert log_chunks(log, run_id)[-1] == {"type": "finish", "finishReason": "other"}
+
+
+async def test_concurrent_cancels_complete_a_crashed_cancel_once_and_all_answer() -> None:
+    # Ten chat functions (no shared process) retry a cancel that crashed after its terminal
+    # checkpoint: each finds the log short and completes it; the completers fence each other's
+    # claims. Before, all but one answered 500 (FencedError); now each looks again and finds it done.
+    store, log = MemoryCheckpointStore(), MemoryChunkLog()
+    runner = Runner(make_agent(Timeline(), 1), store, log, flush_interval=0)
+    run_id = runner.create_run(PROMPT).run_id
+    await runner.run_slice(run_id, budget_seconds=0)
+    orchestrator = LocalOrchestrator(runner, slice_seconds=0)
+    plan = CrashPlan({9})  # as above: the cancel dies right after its terminal checkpoint
+    crashing = Runner(runner.agent, PlannedStore(store, plan), PlannedLog(log, plan), flush_interval=0)
+    with pytest.raises(SimulatedCrash):
+        await ChatService(crashing, orchestrator).cancel(run_id, None)
+    services = [ChatService(Runner(runner.agent, store, log, flush_interval=0), orchestrator) for _ in range(10)]
+    answers = await asyncio.gather(*(service.cancel(run_id, None) for service in services))
+    assert [a.status for a in answers] == ["cancelled"] * 10
+    chunks = log_chunks(log, run_id)
+    assert [c["type"] for c in chunks].count("finish") == 1
+    assert chunks[-1] == {"type": "finish", "finishReason": "other"}

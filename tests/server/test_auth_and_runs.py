@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,9 @@ from durable_harness.demo import SAVED_NOTES, build_demo_agent
 from durable_harness.errors import StorageError
 from durable_harness.server.auth import IamAuth, TokenAuth, authenticator_from_env, parse_token_hashes
 from durable_harness.server.local import LocalKit, build_local_kit
+from durable_harness.server.resume import NOTHING_TO_RESUME
 
-from tests.support import parse_sse_body, serve, user_message
+from tests.support import gated_agent, parse_sse_body, serve, user_message
 
 ALICE, BOB = "alice-token-1234", "bob-token-5678"
 HASHES = ",".join(
@@ -119,8 +122,8 @@ def test_cancel_a_live_run(tmp_path: Path) -> None:
     assert chunks[-1] == {"type": "finish", "finishReason": "other"}
     assert [c["type"] for c in chunks].count("finish") == 1
     assert rest.endswith(b"data: [DONE]\n\n")
-    assert again.status_code == 409 and again.json()["error"]["code"] == "run_ended"
-    assert announced == [(run_id, "cancelled", "Run Cancelled")]  # once: not for the 409
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"  # idempotent
+    assert announced == [(run_id, "cancelled", "Run Cancelled")]  # once: not for the second cancel
 
 
 def test_approvals_of_a_run_without_a_chat_client(url: str) -> None:
@@ -157,6 +160,29 @@ def test_openapi_document(url: str) -> None:
     assert {"text", "steps", "responseMessages", "totalUsage"} <= set(
         result["content"]["application/json"]["schema"]["required"]
     )
+
+
+def test_the_openapi_document_requires_the_message_fields_the_server_requires(url: str) -> None:
+    post = httpx.get(f"{url}/openapi.json").json()["paths"]["/api/chat"]["post"]
+    message = post["requestBody"]["content"]["application/json"]["schema"]["properties"]["messages"]["items"]
+    assert set(message["required"]) == {"id", "role", "parts"}
+    for field in message["required"]:  # each one the server refuses a message without
+        sent = {k: v for k, v in user_message("hi").items() if k != field}
+        response = httpx.post(f"{url}/api/chat", content=json.dumps({"messages": [sent]}), headers=auth(ALICE))
+        assert response.status_code == 400 and field in response.json()["error"]["message"], field
+    assert message["properties"]["parts"]["items"]["required"] == ["type"]
+
+
+def test_a_405_names_the_allowed_methods(url: str) -> None:
+    for method, path, allow in [
+        ("GET", "/api/chat", "POST, OPTIONS"),
+        ("DELETE", "/api/runs/wrun_" + "0" * 26, "GET, OPTIONS"),
+        ("GET", "/api/runs/wrun_" + "0" * 26 + "/cancel", "POST, OPTIONS"),
+        ("POST", "/health", "GET, OPTIONS"),
+    ]:
+        response = httpx.request(method, url + path, headers=auth(ALICE))
+        assert response.status_code == 405 and response.headers["allow"] == allow, path
+        assert response.json()["error"]["code"] == "method_not_allowed"
 
 
 def test_a_paused_run_can_be_cancelled_and_then_not_answered(url: str) -> None:
@@ -256,3 +282,51 @@ def test_assumed_role_sessions_are_principals_unless_keyed_by_role(tmp_path: Pat
     assert IamAuth("role").authenticate(iam_context(userArn=user)) == user  # not a role: unchanged
     with pytest.raises(ValueError, match="AUTH_IAM_PRINCIPAL"):
         authenticator_from_env({"AUTH_MODE": "iam", "AUTH_IAM_PRINCIPAL": "session"})
+
+
+def test_simultaneous_cancels_all_answer_200_and_the_run_has_one_finish(tmp_path: Path) -> None:
+    kit = build_local_kit(build_demo_agent(delay=0.05), tmp_path / "slow")
+    with (
+        serve(kit.app) as url,
+        httpx.stream(
+            "POST", f"{url}/api/chat", content=json.dumps({"messages": [user_message("tell me something")]}), timeout=10
+        ) as post,
+    ):
+        run_id = post.headers["x-workflow-run-id"]
+        stream = post.iter_raw()
+        next(stream)  # the run is streaming
+        barrier = threading.Barrier(10)
+
+        def cancel(_: int) -> httpx.Response:
+            barrier.wait(timeout=10)  # all ten requests leave together
+            return httpx.post(f"{url}/api/runs/{run_id}/cancel", timeout=30)
+
+        with ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(cancel, range(10)))
+        rest = b"".join(stream)
+        chunks = parse_sse_body(httpx.get(f"{url}/api/chat/{run_id}/stream").content)
+    assert [(a.status_code, a.json()["status"]) for a in answers] == [(200, "cancelled")] * 10
+    assert [c["type"] for c in chunks].count("finish") == 1
+    assert chunks[-1] == {"type": "finish", "finishReason": "other"}
+    assert rest.endswith(b"data: [DONE]\n\n")
+
+
+def test_another_principals_chat_never_resumes(tmp_path: Path) -> None:
+    gate = threading.Event()
+    kit = build_local_kit(gated_agent(gate), tmp_path / "gated", authenticator=TokenAuth.from_entries(HASHES))
+    body = json.dumps({"id": "shared-chat", "messages": [user_message("hi")]})
+    with (
+        serve(kit.app) as url,
+        httpx.stream("POST", f"{url}/api/chat", content=body, headers=auth(ALICE), timeout=10) as post,
+    ):
+        # Bob names the same chat id while Alice's run in it is in progress: his chat has nothing.
+        bob = httpx.get(f"{url}/api/chat/shared-chat/stream?startIndex=0", headers=auth(BOB), timeout=10)
+        bob_later = httpx.get(f"{url}/api/chat/shared-chat/stream?startIndex=2", headers=auth(BOB), timeout=10)
+        with httpx.stream(
+            "GET", f"{url}/api/chat/shared-chat/stream?startIndex=0", headers=auth(ALICE), timeout=10
+        ) as alice:
+            gate.set()
+            assert parse_sse_body(alice.read()) == parse_sse_body(post.read())
+        assert alice.headers["x-workflow-run-id"] == post.headers["x-workflow-run-id"]
+    assert bob.status_code == 200 and bob.content == NOTHING_TO_RESUME
+    assert bob_later.content == NOTHING_TO_RESUME and "x-workflow-run-id" not in bob.headers

@@ -4,6 +4,7 @@ local server) and by the deployed chat function's server (:mod:`durable_harness.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step
 from durable_harness.protocol.sse import SSEParser
 from durable_harness.server.local import LocalKit, build_local_kit
+from durable_harness.server.resume import NOTHING_TO_RESUME
 
-from tests.support import message_of, parse_sse_body, serve, user_message
+from tests.support import gated_agent, message_of, parse_sse_body, serve, user_message
 
 WEATHER = user_message("What is the weather in Paris?")
 
@@ -98,6 +100,42 @@ def test_a_post_cut_after_k_chunks_resumes_to_the_same_message(base_url: str) ->
         assert message_of(received + rest)["parts"] == message_of(whole)["parts"]
 
 
+def test_a_finished_run_asked_from_its_length_is_an_empty_stream(base_url: str) -> None:
+    post = post_chat(base_url, {"messages": [WEATHER]})
+    run_id, count = post.headers["x-workflow-run-id"], len(parse_sse_body(post.content))
+    response = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex={count}", timeout=10)
+    assert response.status_code == 200 and response.content == b"data: [DONE]\n\n"
+    assert response.headers["x-workflow-stream-tail-index"] == str(count - 1)
+    past = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex={count + 1}", timeout=10)
+    assert past.status_code == 400 and past.json()["error"]["code"] == "invalid_start_index"
+
+
+def test_a_chat_id_resumes_its_run_in_progress_and_nothing_after_it_ended(tmp_path: Path, server: str) -> None:
+    gate = threading.Event()
+    kit = build_local_kit(gated_agent(gate), tmp_path / "live", static_dir=None)
+    body = json.dumps({"id": "chat-7", "messages": [WEATHER]})
+    with (
+        serve(kit.app, server=server) as url,
+        httpx.stream("POST", f"{url}/api/chat", content=body, timeout=10) as post,
+        # useChat({resume: true}): the transport's reconnect names the chat, not the run
+        httpx.stream("GET", f"{url}/api/chat/chat-7/stream?startIndex=0", timeout=10) as follower,
+    ):
+        run_id = post.headers["x-workflow-run-id"]
+        gate.set()  # the follower is connected while the run is in progress; now let it end
+        posted, followed = parse_sse_body(post.read()), parse_sse_body(follower.read())
+        assert follower.status_code == 200 and follower.headers["x-workflow-run-id"] == run_id
+        assert followed == posted and posted[-1]["type"] == "finish"
+        # After the run ended: nothing to resume, as each AI SDK transport reads it.
+        ended = httpx.get(f"{url}/api/chat/chat-7/stream?startIndex=0", timeout=10)
+        assert ended.status_code == 200 and ended.content == NOTHING_TO_RESUME  # WorkflowChatTransport
+        assert httpx.get(f"{url}/api/chat/chat-7/stream", timeout=10).status_code == 204  # DefaultChatTransport
+        # A reconnect of a client that was following it (startIndex > 0) still gets the rest.
+        rest = httpx.get(f"{url}/api/chat/chat-7/stream?startIndex=3", timeout=10)
+        assert parse_sse_body(rest.content) == posted[3:]
+        other = httpx.get(f"{url}/api/chat/chat-8/stream?startIndex=0", timeout=10)
+        assert other.content == NOTHING_TO_RESUME  # a chat with no run at all
+
+
 def test_a_live_run_is_followed_until_finish(tmp_path: Path, server: str) -> None:
     kit = build_local_kit(build_demo_agent(delay=0.002), tmp_path / "live")
     with (
@@ -144,14 +182,17 @@ def test_stream_errors(base_url: str) -> None:
     unknown = "wrun_" + "0" * 26
     response = httpx.get(f"{base_url}/api/chat/{unknown}/stream?startIndex=0")
     assert response.status_code == 404 and response.json()["error"]["code"] == "run_not_found"
+    response = httpx.get(f"{base_url}/api/chat/{'c' * 201}/stream?startIndex=0")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_chat_id"
+    # Any other text is a chat id (used only as a key): this one has nothing to resume.
     response = httpx.get(f"{base_url}/api/chat/..%2Fetc%2Fpasswd/stream?startIndex=0")
-    assert response.status_code == 400
+    assert response.status_code == 200 and response.content == NOTHING_TO_RESUME
     run_id = post_chat(base_url, {"messages": [WEATHER]}).headers["x-workflow-run-id"]
     for bad in ("abc", "1.5", ""):
         response = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex={bad}")
         assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_start_index"
     response = httpx.get(f"{base_url}/api/chat/{run_id}/stream?startIndex=100000")
-    assert response.status_code == 400
+    assert response.status_code == 400 and "past the end" in response.json()["error"]["message"]
     assert httpx.get(f"{base_url}/api/nothing").status_code == 404
     assert httpx.get(f"{base_url}/api/chat").status_code == 405
 

@@ -20,6 +20,7 @@ from tests.support import serve
 
 INDEX = b'<!doctype html><title>chat</title><script type="module" src="./assets/app-ABCD1234.js"></script>'
 APP_JS = b"console.log('app');\n"
+RUNS = b'<!doctype html><title>runs</title><script type="module" src="./assets/runs-ABCD1234.js"></script>'
 SECRET = b"top secret, outside the static folder\n"
 
 
@@ -28,6 +29,7 @@ def site(tmp_path: Path) -> Path:
     root = tmp_path / "static"
     (root / "assets").mkdir(parents=True)
     (root / "index.html").write_bytes(INDEX)
+    (root / "runs.html").write_bytes(RUNS)
     (root / "assets" / "app-ABCD1234.js").write_bytes(APP_JS)
     (root / "assets" / "app-ABCD1234.css").write_bytes(b"body{color:red}")
     (root / "assets" / "app-ABCD1234.js.map").write_bytes(b"{}")
@@ -83,6 +85,17 @@ async def test_index_is_html_and_never_cached_stale(tmp_path: Path, site: Path) 
         assert headers["x-content-type-options"] == "nosniff"
         assert "connect-src 'self'" in headers["content-security-policy"]
         assert headers["etag"].startswith('"')
+
+
+async def test_the_runs_inspector_is_served_at_runs_like_the_chat_page(tmp_path: Path, site: Path) -> None:
+    app = make_app(tmp_path, site)
+    for path in ("/runs", "/runs?run=wrun_" + "0" * 26):
+        status, headers, body = await call(app, "GET", path)
+        assert status == 200 and body == RUNS
+        assert headers["cache-control"] == NO_CACHE
+        assert "connect-src 'self'" in headers["content-security-policy"]
+    assert (await call(app, "GET", "/runs/wrun_" + "0" * 26))[0] == 404  # a run's page is /runs?run=<id>
+    assert (await call(app, "POST", "/runs"))[0] == 405
 
 
 async def test_head_sends_the_headers_without_a_body(tmp_path: Path, site: Path) -> None:
@@ -159,8 +172,9 @@ async def test_what_is_not_a_plain_file_in_assets_is_404(tmp_path: Path, site: P
 
 async def test_other_methods_get_405(tmp_path: Path, site: Path) -> None:
     for path in ("/", "/assets/app-ABCD1234.js"):
-        status, _, body = await call(make_app(tmp_path, site), "POST", path)
+        status, head, body = await call(make_app(tmp_path, site), "POST", path)
         assert status == 405 and json.loads(body)["error"]["code"] == "method_not_allowed"
+        assert head["allow"] == "GET, HEAD, OPTIONS"
 
 
 async def test_the_api_is_unchanged_next_to_the_page(tmp_path: Path, site: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from durable_harness.errors import CorruptCheckpointError
-from durable_harness.storage.records import INLINE_BYTES, OPAQUE, Folded, diff, dumps, fold, parse, patch, plan_save
+from durable_harness.storage.records import OPAQUE, Folded, diff, dumps, fold, parse, patch, plan_save
 
 
 def roundtrip(old: Any, new: Any) -> Any:
@@ -133,6 +133,3 @@ def test_what_a_save_writes() -> None:
     text = "not json " * 100
     plan, folded = plan_save(Folded(big, parse(big)), text, seq=3, base_bytes=0)
     assert plan.record == ("full", text) and folded.value is OPAQUE
-    # A whole state left in the head by the previous format is replaced by a full record once.
-    plan, _ = plan_save(Folded(bigger, parse(bigger)), bigger[:-2] + ',"x"]}', seq=0, base_bytes=INLINE_BYTES + 1)
-    assert plan.record is not None and plan.record[0] == "full" and plan.drop_base

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from durable_harness.errors import FencedError, StorageError
+from durable_harness.errors import FatalError, FencedError, FormatVersionError, StorageError
 from durable_harness.ports import Checkpoint
 from durable_harness.storage import MemoryCheckpointStore, SqliteCheckpointStore
 
@@ -92,6 +92,22 @@ def test_unusable_files_raise_storage_error(tmp_path: Path) -> None:
         SqliteCheckpointStore(garbage)
 
 
+@pytest.mark.parametrize("found", [0, 2], ids=["no-format", "another-format"])
+def test_a_database_of_another_storage_format_is_refused_saying_what_to_do(tmp_path: Path, found: int) -> None:
+    """A new file is stamped with the layout's version when its tables are made; a file of another
+    version, or one with tables and no version (made before versions), is never read as this one."""
+    path = tmp_path / "runs.sqlite3"
+    with SqliteCheckpointStore(path) as store:
+        store.create(record("run-1"))
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.execute(f"PRAGMA user_version = {found}")
+    conn.close()
+    with pytest.raises(FormatVersionError, match=r"runs.sqlite3 is in storage format .*reads format 1.*data folder"):
+        SqliteCheckpointStore(path)
+    assert issubclass(FormatVersionError, FatalError)
+
+
 def test_operational_errors_become_storage_errors(tmp_path: Path) -> None:
     store = SqliteCheckpointStore(tmp_path / "runs.sqlite3")
     store.create(record("run-1"))
@@ -131,56 +147,9 @@ def test_list_runs_newest_first_and_by_chat(kind: str, tmp_path: Path) -> None:
         store.close()
 
 
-# The runs table as data folders made before checkpoint records have it (no seq column, no
-# run_records table): runs.state is the whole state.
-_OLD_SCHEMA = """
-CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, epoch INTEGER NOT NULL, status TEXT NOT NULL,
-    principal TEXT, chat_id TEXT, state TEXT NOT NULL, meta TEXT NOT NULL DEFAULT '{}',
-    created_at TEXT NOT NULL, updated_at TEXT NOT NULL, write_seq INTEGER NOT NULL
-);
-CREATE INDEX runs_by_chat ON runs (chat_id, write_seq);
-CREATE INDEX runs_by_write ON runs (write_seq);
-CREATE INDEX runs_by_status ON runs (status);
-CREATE TABLE leases (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
-"""
-
-
 def history(steps: int) -> str:
     return json.dumps({"step": steps, "messages": [{"n": i, "text": "x" * 500} for i in range(steps)]},
                       separators=(",", ":"))  # fmt: skip
-
-
-def test_a_data_folder_from_before_checkpoint_records_loads_and_goes_on(tmp_path: Path) -> None:
-    path = tmp_path / "runs.sqlite3"
-    conn = sqlite3.connect(path)
-    conn.executescript(_OLD_SCHEMA)
-    conn.execute(
-        "INSERT INTO runs VALUES ('run-1', 5, 2, 'ready_for_next_step', 'alice', 'c', ?, '{}', 't', 't', 1)",
-        (history(10),),
-    )
-    conn.commit()
-    conn.close()
-    with SqliteCheckpointStore(path) as store:
-        loaded = store.load("run-1")
-        assert (loaded.state, loaded.version, loaded.epoch, loaded.principal) == (history(10), 5, 2, "alice")
-        version = store.save(Checkpoint(run_id="run-1", state=history(11), status="ready_for_next_step"), 5).version
-        version = store.save(
-            Checkpoint(run_id="run-1", state=history(12), status="ready_for_next_step"), version
-        ).version
-    with SqliteCheckpointStore(path) as again:
-        assert again.load("run-1").state == history(12) and again.version("run-1") == version == 7
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute(
-            "SELECT seq, kind, length(body) FROM run_records WHERE run_id = 'run-1' ORDER BY seq"
-        ).fetchall()
-        head_state = conn.execute("SELECT state FROM runs WHERE run_id = 'run-1'").fetchone()[0]
-    finally:
-        conn.close()
-    # The old whole state was replaced by one full record, then each save wrote what it added.
-    assert [(seq, kind) for seq, kind, _ in rows] == [(1, "full"), (2, "delta")]
-    assert rows[1][2] < 600 and head_state == ""
 
 
 def test_each_save_of_a_growing_state_writes_only_what_it_added(tmp_path: Path) -> None:

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 from durable_harness.errors import FencedError, LogConflictError, RunExistsError, RunNotFoundError
-from durable_harness.ports import Checkpoint, CheckpointStore, ChunkLog, RunSummary, SummaryReader, TailReader
+from durable_harness.ports import (
+    ChatRuns,
+    Checkpoint,
+    CheckpointStore,
+    ChunkLog,
+    RunSummary,
+    SummaryReader,
+    TailReader,
+)
 from durable_harness.storage import (
     FileChunkLog,
     MemoryCheckpointStore,
@@ -84,6 +92,24 @@ def test_summary_is_the_records_status_and_owner_and_follows_saves(store: Checkp
     assert store.summary("run-2") == RunSummary("run-2", "not_started")
     with pytest.raises(RunNotFoundError):
         store.summary("nope")
+
+
+def test_the_latest_run_of_a_chat_is_the_one_its_principal_created_last(store: CheckpointStore) -> None:
+    assert isinstance(store, ChatRuns)
+    assert store.latest_run("chat-1", "alice") is None
+    first = store.create(record("run-1", principal="alice", chat_id="chat-1"))
+    store.create(record("run-2", principal="bob", chat_id="chat-1"))
+    store.create(record("run-3", principal="alice", chat_id="chat-2"))
+    assert store.latest_run("chat-1", "alice") == "run-1"
+    store.create(record("run-4", principal="alice", chat_id="chat-1"))
+    # A later write to an older run does not make it the latest again.
+    store.save(record("run-1", status="finished", principal="alice", chat_id="chat-1"), first.version)
+    assert store.latest_run("chat-1", "alice") == "run-4"
+    assert store.latest_run("chat-1", "bob") == "run-2"  # another principal's chat of the same id
+    assert store.latest_run("chat-2", "alice") == "run-3"
+    assert store.latest_run("chat-1", "mallory") is None and store.latest_run("chat-1", None) is None
+    store.create(record("run-5", chat_id="chat-1"))  # a run without a principal
+    assert store.latest_run("chat-1", None) == "run-5" and store.latest_run("chat-1", "alice") == "run-4"
 
 
 def test_create_twice_raises_run_exists(store: CheckpointStore) -> None:

@@ -5,6 +5,7 @@ import { Component, useCallback, useEffect, useLayoutEffect, useMemo, useRef, us
 
 import { isToolPart, Message } from './Message.jsx';
 import { createSession } from './session.js';
+import { Settings } from './Settings.jsx';
 import { storage } from './storage.js';
 
 const SUGGESTIONS = ['What is the weather in Paris?', 'Save a note: buy milk'];
@@ -77,29 +78,6 @@ class RenderGuard extends Component {
     if (this.state.failed) return <p className="render-error" role="alert">This conversation could not be shown.</p>;
     return this.props.children;
   }
-}
-
-function Settings() {
-  const [token, setToken] = useState(() => storage.loadToken());
-  const details = useRef(null);
-  return (
-    <details className="settings" ref={details}>
-      <summary>Settings</summary>
-      <form className="settings__panel" onSubmit={(event) => {
-        event.preventDefault(); // Enter in the token field: the token is already saved
-        details.current.open = false;
-      }}>
-        <label htmlFor="token">API token</label>
-        <input id="token" name="token" type="password" autoComplete="off" autoCapitalize="off" spellCheck="false"
-               placeholder="only needed with AUTH_MODE=token" aria-describedby="token-hint" value={token}
-               onChange={(event) => {
-                 setToken(event.target.value);
-                 storage.saveToken(event.target.value.trim());
-               }} />
-        <p id="token-hint" className="hint">Sent as <code>Authorization: Bearer …</code> and kept in this browser's local storage.</p>
-      </form>
-    </details>
-  );
 }
 
 function ChatView({ session, focusPrompt, reconnectAttempt, onReconnect, onConnected }) {
@@ -282,6 +260,7 @@ export function App() {
           <p className="tagline">A durable agent: replies survive reloads and dropped connections.</p>
         </div>
         <div className="topbar__actions">
+          <a className="button button--ghost" href="./runs">Runs</a>
           <Settings />
           <button type="button" className="button button--ghost" onClick={newChat}>New chat</button>
         </div>

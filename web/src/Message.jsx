@@ -1,7 +1,7 @@
 // One UIMessage as an <article>: text (an assistant's as Markdown, see Markdown.jsx), reasoning
 // (subdued), tool calls as cards (with Approve / Deny on a call waiting for approval), files and
 // sources. No HTML from the model reaches the DOM.
-import { memo, useState } from 'react';
+import { memo, useEffect, useState } from 'react';
 
 import { Markdown } from './Markdown.jsx';
 
@@ -28,7 +28,8 @@ export function toolName(part) {
   return part.type === 'dynamic-tool' ? part.toolName : part.type.slice('tool-'.length);
 }
 
-function json(value) {
+/** A value as indented JSON ('' for undefined), or its text when it is not JSON. */
+export function json(value) {
   if (value === undefined) return '';
   try {
     return JSON.stringify(value, null, 2);
@@ -93,19 +94,35 @@ function ToolCard({ part, ended, onApproval }) {
     approval = <p className="tool-card__note">{part.approval.approved ? 'Approved, running…' : 'Denied.'}</p>;
   }
 
+  // One line (name, state, the input's start) until opened: the JSON would fill a phone's screen.
+  // A call waiting for approval opens by itself, so that the input it asks about is in view.
+  const waiting = part.state === 'approval-requested';
+  const [open, setOpen] = useState(waiting);
+  useEffect(() => {
+    if (waiting) setOpen(true);
+  }, [waiting]);
+
   return (
     <section className="part tool-card" data-part="tool" data-tool={name} data-state={part.state}
              data-stopped={stopped || undefined} aria-label={`Tool call ${name}: ${label}`}>
-      <header className="tool-card__header">
-        <span className="tool-card__icon" aria-hidden="true">⚙</span>
-        <code className="tool-card__name">{name}</code>
-        <span className={`badge badge--${stopped ? 'stopped' : part.state}`} data-testid="tool-state">{label}</span>
-      </header>
-      {input != null && <CodeSection label="Input" value={input} className="tool-card__input" />}
-      {result}
+      <details className="tool-card__details" open={open} onToggle={(e) => setOpen(e.currentTarget.open)}>
+        <summary className="tool-card__header">
+          <span className="tool-card__icon" aria-hidden="true">⚙</span>
+          <code className="tool-card__name">{name}</code>
+          {input != null && <span className="tool-card__preview">{oneLine(input)}</span>}
+          <span className={`badge badge--${stopped ? 'stopped' : part.state}`} data-testid="tool-state">{label}</span>
+        </summary>
+        {input != null && <CodeSection label="Input" value={input} className="tool-card__input" />}
+        {result}
+      </details>
       {approval}
     </section>
   );
+}
+
+/** A value's JSON on one line, for a collapsed card (CSS cuts it at the card's width). */
+function oneLine(text) {
+  return text.replace(/\s*\n\s*/g, ' ');
 }
 
 function Source({ part }) {

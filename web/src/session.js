@@ -5,15 +5,12 @@ import { Chat } from '@ai-sdk/react';
 import { WorkflowChatTransport } from '@ai-sdk/workflow/client';
 import { lastAssistantMessageIsCompleteWithApprovalResponses } from 'ai';
 
-import { storage } from './storage.js';
+import { authHeaders, storage } from './storage.js';
 
 /** `/api/chat` relative to the page, so the page also works behind a path prefix. */
 export const CHAT_API = new URL('api/chat', document.baseURI).href.replace(/\/$/, '');
 
-export function authHeaders() {
-  const token = storage.loadToken().trim();
-  return token ? { authorization: `Bearer ${token}` } : undefined;
-}
+export { authHeaders } from './storage.js';
 
 export function streamUrl(runId) {
   return `${CHAT_API}/${encodeURIComponent(runId)}/stream`;

@@ -50,3 +50,9 @@ export const storage = {
     write('run', null);
   },
 };
+
+/** The `Authorization` header of the stored token (none without one). */
+export function authHeaders() {
+  const token = storage.loadToken().trim();
+  return token ? { authorization: `Bearer ${token}` } : undefined;
+}

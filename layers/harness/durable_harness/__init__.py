@@ -17,6 +17,7 @@ Agent = ToolLoopAgent
 """The agent class (an alias of :class:`ToolLoopAgent`)."""
 
 __version__ = "0.1.0"
+"""The library's version (the package metadata's, which pyproject.toml reads from here; also in the layer)."""
 
 __all__ = [
     "DEFAULT_MAX_STEPS",

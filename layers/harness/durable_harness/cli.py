@@ -5,6 +5,7 @@ inspects and controls runs."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -13,7 +14,9 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from . import __version__
 from .approvals import DEFAULT_SECRET_ENV
+from .errors import AgentConfigError
 from .harness.interface import Harness
 
 if TYPE_CHECKING:  # imported by the commands only: the Lambda functions import load_agent from here
@@ -34,11 +37,26 @@ def load_agent(spec: str, **kwargs: Any) -> Harness:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"--agent must look like 'package.module:name', got {spec!r}")
+    # The working folder, as `python -m` and uvicorn's --app-dir have it: the `durable-harness`
+    # script (sys.path[0] is its bin/ folder) then finds an agent file there too. Appended, so an
+    # installed module of the same name wins. From the repository, the editable install's path has
+    # layers/harness (the demo my_agent.py); in the Lambda layer it shares /opt/python with the package.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    if spec == DEFAULT_AGENT and importlib.util.find_spec(module_name) is None:
+        raise SystemExit(
+            f"cannot load agent {spec!r}: no {module_name}.py here. The default agent is the repository's "
+            f"layers/harness/{module_name}.py; with the package installed from a wheel, write your own "
+            f"{module_name}.py with a build_agent() in the working folder, or set AGENT=module:attribute"
+        )
     try:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"cannot load agent {spec!r}: {exc}") from exc
-    agent = target if isinstance(target, Harness) or not callable(target) else target(**kwargs)
+    try:
+        agent = target if isinstance(target, Harness) or not callable(target) else target(**kwargs)
+    except AgentConfigError as exc:  # e.g. a bad MODEL_ID: what to fix, not a traceback
+        raise SystemExit(f"cannot build agent {spec!r}: {exc}") from None
     if not isinstance(agent, Harness):
         raise SystemExit(
             f"{spec!r} is not an agent: it must be (or build) a durable_harness.harness.Harness "
@@ -66,9 +84,11 @@ def _serve(args: argparse.Namespace) -> None:
 
     from .agent.pool import tool_threads
     from .errors import AgentConfigError, HarnessError
+    from .hardening import deny_proc_reads
     from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
 
+    deny_proc_reads()  # harness programs and tools' subprocesses cannot read our environment or memory
     try:
         tool_threads()  # a bad TOOL_THREADS fails here, not at the first tool call
     except AgentConfigError as exc:
@@ -100,10 +120,13 @@ def _client_options() -> argparse.ArgumentParser:
 
     from .client import DEFAULT_URL
 
+    # The server `durable-harness serve` (or `make dev`) runs with the same PORT, unless CHAT_URL says.
+    port = os.environ.get("PORT", "").strip()
+    local = f"http://127.0.0.1:{port}" if port else DEFAULT_URL
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument(
-        "--url", default=os.environ.get("CHAT_URL") or DEFAULT_URL,
-        help=f"the chat server (env CHAT_URL; default {DEFAULT_URL})",
+        "--url", default=os.environ.get("CHAT_URL") or local,
+        help=f"the chat server (env CHAT_URL; default http://127.0.0.1:$PORT, or {DEFAULT_URL})",
     )  # fmt: skip
     options.add_argument("--token", default=os.environ.get("CHAT_TOKEN") or None, help="bearer token (env CHAT_TOKEN)")
     return options
@@ -125,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="durable-harness", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the chat app with embedded storage")
     serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))

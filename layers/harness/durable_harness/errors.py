@@ -16,7 +16,13 @@ class HarnessError(Exception):
 
 
 class RetryableError(HarnessError):
-    """Transient failure: run the slice again from the last checkpoint."""
+    """Transient failure: run the slice again from the last checkpoint.
+
+    ``shown``: the message says nothing secret, so a run that fails after repeated errors of this
+    kind tells the user why (e.g. a harness program that stays silent), not only that it failed.
+    """
+
+    shown: bool = False
 
 
 class FatalError(HarnessError):
@@ -70,6 +76,21 @@ class LogConflictError(FencedError):
 
 class CorruptCheckpointError(FatalError):
     """A stored checkpoint cannot be read back: a record is malformed or does not apply to its state."""
+
+
+class FormatVersionError(FatalError):
+    """A stored run record, chunk log or data folder is in a storage format this release does not
+    read (another release wrote it, or one from before format versions). The message names the
+    format found, the one this release reads, and what to do."""
+
+    def __init__(self, what: str, found: object, expected: int, remedy: str) -> None:
+        shown = "none (written before format versions)" if found in (None, "", 0) else found
+        super().__init__(
+            f"{what} is in storage format {shown}, and this release reads format {expected}: it was"
+            f" written by another release of durable-harness. {remedy}"
+        )
+        self.found = found
+        self.expected = expected
 
 
 # --- secrets --------------------------------------------------------------------------------------
@@ -162,3 +183,11 @@ class OtherAgentError(InvalidRequestError):
         )
         self.run_id = run_id
         self.agent = agent
+
+
+class MethodNotAllowedError(InvalidRequestError):
+    """A 405: the route exists, not for this method; ``allow`` is the ``Allow`` header's value."""
+
+    def __init__(self, method: str, allow: str) -> None:
+        super().__init__(f"Method {method} is not allowed here; use {allow}.", code="method_not_allowed", status=405)
+        self.allow = allow

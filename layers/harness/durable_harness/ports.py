@@ -172,6 +172,58 @@ def read_summary(store: CheckpointStore, run_id: str) -> RunSummary:
     return RunSummary(record.run_id, record.status, record.principal, record.chat_id)
 
 
+@dataclass(frozen=True)
+class RunListing:
+    """One line of a principal's list of runs: what the run record says, without the state."""
+
+    run_id: str
+    status: str
+    created_at: str
+    """When the record was created (ISO 8601, UTC): the list's order."""
+    chat_id: str | None = None
+    agent: str | None = None
+
+
+ListPosition = tuple[str, str]
+"""Where a list of a principal's runs goes on: the ``(created_at, run_id)`` of the last run seen."""
+
+
+@runtime_checkable
+class PrincipalRuns(Protocol):
+    """A checkpoint store that lists one principal's runs, newest first (optional: SQLite and
+    DynamoDB have it, through an index on (principal, creation time)).
+
+    Only the principal's own partition is read: a position names a place inside it, never a run of
+    anyone else, so a position a client made up can only skip some of its own runs.
+    """
+
+    def runs_of(
+        self,
+        principal: str,
+        *,
+        limit: int,
+        after: ListPosition | None = None,
+        statuses: frozenset[str] | None = None,
+        chat_id: str | None = None,
+    ) -> tuple[list[RunListing], ListPosition | None]:
+        """At most ``limit`` runs of ``principal`` created before ``after`` (newest first; by
+        creation time, then run id), only those whose status is in ``statuses`` and of chat
+        ``chat_id`` when given; with the position to go on from (None: there are no more). A page
+        may hold fewer than ``limit`` runs and still have a position (a filter skipped many)."""
+        ...
+
+
+@runtime_checkable
+class ChatRuns(Protocol):
+    """A checkpoint store that finds a chat's latest run without a scan (optional: every store here
+    has it). A resume by chat id (``useChat({resume: true})``) follows that run."""
+
+    def latest_run(self, chat_id: str, principal: str | None) -> str | None:
+        """The id of the run created last for ``principal``'s chat ``chat_id`` (strongly consistent),
+        or ``None`` when that chat has none."""
+        ...
+
+
 @runtime_checkable
 class Orchestrator(Protocol):
     """Drives a run's slices until the run pauses or ends (the state machine, or in-process)."""

@@ -20,9 +20,10 @@ export const STATIC_INDEX = path.join(REPO_ROOT, 'layers', 'harness', 'durable_h
 /** Bounded waits: every DOM wait in these tests gives up after this long. */
 export const WAIT_MS = 20_000;
 
-export function checkPrerequisites() {
+/** What the tests need; `page: false` for a test that does not load the built chat page. */
+export function checkPrerequisites({ page = true } = {}) {
   const missing = [];
-  if (!existsSync(STATIC_INDEX)) missing.push(`the built page (${path.relative(REPO_ROOT, STATIC_INDEX)}): run \`make web\``);
+  if (page && !existsSync(STATIC_INDEX)) missing.push(`the built page (${path.relative(REPO_ROOT, STATIC_INDEX)}): run \`make web\``);
   if (!existsSync(CHROMIUM)) missing.push(`${CHROMIUM}: \`apt-get install -y chromium\``);
   if (!existsSync(PYTHON)) missing.push(`${PYTHON}: run \`make setup\``);
   if (missing.length) throw new Error(`browser tests need:\n  ${missing.join('\n  ')}`);
@@ -32,7 +33,7 @@ export function checkPrerequisites() {
 // The Python server
 // ---------------------------------------------------------------------------------------------
 
-async function freePort() {
+export async function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.unref();
@@ -241,12 +242,15 @@ export function readPage(page) {
   });
 }
 
-/** Wait until `predicate(state)` holds for the page state (see readPage), polling on DOM changes. */
-export async function waitForPage(page, predicate, description, timeout = WAIT_MS) {
+/**
+ * Wait until `predicate(state)` holds for the page state (see readPage; `read` reads another page's),
+ * polling on DOM changes.
+ */
+export async function waitForPage(page, predicate, description, timeout = WAIT_MS, read = readPage) {
   const deadline = Date.now() + timeout;
   let state;
   for (;;) {
-    state = await readPage(page);
+    state = await read(page);
     if (predicate(state)) return state;
     const left = deadline - Date.now();
     if (left <= 0) {

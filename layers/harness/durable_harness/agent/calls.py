@@ -114,7 +114,10 @@ def resolve_model_spec(model: LanguageModel | str) -> LanguageModel:
     if isinstance(model, str):
         from ..models.registry import resolve_model
 
-        return resolve_model(model)
+        try:
+            return resolve_model(model)
+        except (ValueError, ImportError) as exc:  # a bad spec (a MODEL_ID), a provider not installed
+            raise AgentConfigError(str(exc)) from exc
     return model
 
 

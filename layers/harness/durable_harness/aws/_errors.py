@@ -19,12 +19,13 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError, IncompleteReadError
 
-from ..errors import FatalError, HarnessError, StorageError
+from ..errors import FatalError, FormatVersionError, HarnessError, StorageError
 
 __all__ = [
     "RETRYABLE_CODES",
     "AwsRequestError",
     "aws_errors",
+    "check_format",
     "error_code",
     "error_item",
     "http_status",
@@ -120,3 +121,12 @@ def aws_errors(what: str) -> Iterator[None]:
         yield
     except (ClientError, BotoCoreError) as exc:
         raise translate(exc, what) from exc
+
+
+def check_format(item: dict[str, Any], expected: int, what: str) -> None:
+    """Refuse an item whose ``format`` attribute (the storage format version it was written in,
+    set when it is created) is not ``expected``: its attributes may mean something else."""
+    found = item.get("format", {}).get("N")
+    if found != str(expected):
+        remedy = "Serve it with that release, or delete the run (its items expire after RunTtlDays)."
+        raise FormatVersionError(what, found, expected, remedy)

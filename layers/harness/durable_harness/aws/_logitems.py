@@ -2,13 +2,15 @@
 
 Every key of a run's log starts with ``c#<gen>#``, where the *generation* names one incarnation of
 the run id (see :mod:`.chunklog`): ``<creation time, epoch ms, 13 digits>.<incarnation>``, or 13
-zeros (plus ``.<inc>`` for a log migrated from the S3 log) when no creation time is known. A later
+zeros for a log written without a run record (no creation time is known). A later
 incarnation's keys sort after an earlier one's, so the top of a run's log keys is always the
 current incarnation's.
 
 * ``c#<gen>#<start, 13 digits>``: one append (``n`` chunks from ``start``), or a marker (``n=0``);
 * ``c#<gen>#~``: the generation's *segment index*, which sorts after its appends: ``sealed`` (how
   many chunks sealed S3 segments hold) and ``ends`` (each segment's end; they are contiguous from 0).
+  It is the log's head: written empty with the run record, it carries ``format``, the layout's
+  version (:data:`LOG_FORMAT`), and a reader refuses a log of another version.
 
 This module only knows how items look; the protocol is :mod:`.chunklog`'s.
 """
@@ -21,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StorageError
+from ._errors import check_format
 
 __all__ = [
+    "LOG_FORMAT",
     "MAX_INDEX",
     "TOP",
     "Encoded",
@@ -38,6 +42,9 @@ __all__ = [
     "index_key",
 ]
 
+LOG_FORMAT = 1
+"""The version of this layout, in every segment index's ``format``: a later release that changes
+the layout raises it, and reads (or migrates) a log by what it finds there."""
 MAX_INDEX = 10**13
 """Chunk indexes must stay below this (13 digits in the sort key)."""
 _WIDTH = 13
@@ -78,7 +85,9 @@ def index_key(gen: str) -> str:
 def fresh_log_item(run_id: str, gen: str, expires_at: int | None) -> dict[str, Any]:
     """The index item of an empty log of generation ``gen``, written with the run record that makes
     the incarnation (in one transaction): the new incarnation's log is empty from that moment."""
-    item: dict[str, Any] = {"pk": {"S": run_id}, "sk": {"S": index_key(gen)}, "sealed": {"N": "0"}}
+    item: dict[str, Any] = {
+        "pk": {"S": run_id}, "sk": {"S": index_key(gen)}, "sealed": {"N": "0"}, "format": {"N": str(LOG_FORMAT)}
+    }  # fmt: skip
     if expires_at is not None:
         item["expires_at"] = {"N": str(expires_at)}
     return item
@@ -158,6 +167,7 @@ def decode_item(item: dict[str, Any], run_id: str) -> LogItem | IndexItem:
     key = item["sk"]["S"]
     gen, _, tail = key[len(_PREFIX) :].rpartition("#")
     if tail == _INDEX:
+        check_format(item, LOG_FORMAT, f"the chunk log of run {run_id!r}")
         ends = tuple(int(e["N"]) for e in item.get("ends", {}).get("L", ()))
         return IndexItem(gen, int(item.get("sealed", {}).get("N", "0")), ends)
     start, n, epoch = int(tail), int(item["n"]["N"]), int(item["e"]["N"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +21,6 @@ from ..errors import StorageError
 from ._errors import aws_errors
 from ._logcache import Cadence, SegmentCache
 from ._logitems import MAX_INDEX, TOP, IndexItem, LogItem, chunk_key, decode_item
-from ._loglegacy import LegacyLog
 from ._logseal import Segments
 
 __all__ = ["LogReader", "NewGeneration", "Top", "lk"]
@@ -66,7 +65,6 @@ class LogReader:
         dynamodb_client: Any,
         table_name: str,
         segments: Segments,
-        legacy: LegacyLog,
         cache_bytes: int,
         max_workers: int,
         clock: Callable[[], float] = time.time,
@@ -75,7 +73,6 @@ class LogReader:
         self._ddb = dynamodb_client
         self._table = table_name
         self._segments = segments
-        self._legacy = legacy
         self._clock = clock
         self.cache = SegmentCache(cache_bytes)
         """Committed chunks per generation (appends and segments), and known append boundaries."""
@@ -109,7 +106,7 @@ class LogReader:
             # among the last few appends (a follower starting near the end).
             top = self.top(run_id, _COLD_ITEMS - 2, one_page=True)
             if top is None:
-                return self.legacy_chunks(run_id)[start:stop]
+                return []
             gen = top.gen
             if not top.items or top.items[-1].start <= start:  # the top holds it (or it is past the end)
                 high = top.end if stop is None else min(stop, top.end)
@@ -261,23 +258,6 @@ class LogReader:
         if len(keys) > 1:
             return list(self.executor().map(lambda kn: self._segments.get(kn[0], kn[1], run_id), keys))
         return [self._segments.get(key, n, run_id) for key, n in keys]
-
-    def get_many(self, keys: list[str]) -> Iterable[bytes]:
-        """The bytes of each previous-format object, in parallel when there are several."""
-        return self.executor().map(self._legacy.get, keys) if len(keys) > 1 else map(self._legacy.get, keys)
-
-    def legacy_chunks(self, run_id: str) -> list[str]:
-        """All chunks of a log of the previous format (none if the run has no log at all)."""
-        head = self._legacy.head(run_id)
-        if head is None:
-            return []
-        name = f"{run_id}#legacy"
-        cached = self.cache.containing(name, 0)
-        if cached is not None and len(cached[1]) == head.count:
-            return list(cached[1])
-        chunks = self._legacy.chunks(run_id, head, self.get_many)
-        self.cache.put(name, 0, tuple(chunks), sum(map(len, chunks)))
-        return chunks
 
     def take_cached(self, name: str, pos: int, stop: int | None, out: list[str]) -> int:
         """Append the cached chunks of log ``name`` from ``pos`` (up to ``stop``) to ``out``;

@@ -20,11 +20,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import StorageError
 from ._errors import aws_errors, error_code, error_item, translate
-from ._logitems import IndexItem, decode_chunks, decode_item, gen_inc, index_key
+from ._logitems import LOG_FORMAT, IndexItem, decode_chunks, decode_item, gen_inc, index_key
 
 __all__ = ["Segments"]
 
-_NAMES = {"#s": "sealed", "#ends": "ends", "#x": "expires_at"}
+_NAMES = {"#s": "sealed", "#ends": "ends", "#x": "expires_at", "#f": "format"}
 
 
 class Segments:
@@ -41,7 +41,7 @@ class Segments:
     # --- keys --------------------------------------------------------------------------------------
 
     def folder(self, run_id: str, gen: str) -> str:
-        """Where a generation's objects live (the incarnation's folder, as the S3 log had it)."""
+        """Where a generation's objects live (the incarnation's folder)."""
         inc = gen_inc(gen)
         return f"{self._prefix}{run_id}/" if inc is None else f"{self._prefix}{run_id}/{inc}/"
 
@@ -89,14 +89,15 @@ class Segments:
         Conditional on the index ending at ``start``: when another sealer got there first (or
         this one did, and the reply was lost) nothing changes and the index's end comes back.
         """
-        update = "SET #s = :end, #ends = list_append(if_not_exists(#ends, :nil), :new)"
+        update = "SET #s = :end, #ends = list_append(if_not_exists(#ends, :nil), :new), #f = if_not_exists(#f, :f)"
         values: dict[str, Any] = {
             ":start": {"N": str(start)}, ":end": {"N": str(end)}, ":nil": {"L": []}, ":new": {"L": [{"N": str(end)}]},
+            ":f": {"N": str(LOG_FORMAT)},
         }  # fmt: skip
         if expires_at is not None:
             update += ", #x = :x"
             values[":x"] = {"N": str(expires_at)}
-        # Created with the run record at 0; a log of no record gets its index with its first seal.
+        # Created with the run record at 0; a log of no record gets its index (and format) with its first seal.
         condition = "#s = :start" if start else "attribute_not_exists(#s) OR #s = :start"
         names = {k: v for k, v in _NAMES.items() if k in update + condition}
         try:

@@ -2,9 +2,8 @@
 
 The format is :mod:`durable_harness.storage.records`'s; on the runs table (``pk`` = run id)::
 
-    sk = "run"             the head (see DynamoCheckpointStore): counters, status, ``seq``, and the
-                           inline base ``state`` (or ``state_key``, an S3 object, for a record
-                           written before records existed)
+    sk = "run"             the head (see DynamoCheckpointStore): ``format``, counters, status,
+                           ``seq``, and the inline base ``state``
     sk = "run#00000001"... record ``seq``: ``kind`` ("full" / "delta"), ``body`` (S) or, over the
                            store's ``offload_bytes``, ``body_key`` (an immutable S3 object);
                            ``inc``, the incarnation that wrote it; ``expires_at``
@@ -21,6 +20,7 @@ another incarnation makes the caller read again.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -29,6 +29,7 @@ from ..errors import HarnessError, StorageError
 from ._errors import aws_errors, error_code, error_item, translate
 
 __all__ = [
+    "RECORD_FORMAT",
     "RUN_SK",
     "StaleRead",
     "cancel_item",
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 RUN_SK = "run"
+RECORD_FORMAT = 1
+"""The version of the run record's layout (head and records), in the head's ``format``: a later
+release that changes the layout raises it, and reads (or migrates) a record by what it finds."""
 # Why a transaction was cancelled, when a retry of the slice may well succeed.
 _TRANSIENT_CANCELLATIONS = frozenset(
     {"None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
@@ -183,3 +187,18 @@ def num(attr: dict[str, str]) -> int:
 def meta_attr(meta: dict[str, str]) -> dict[str, Any]:
     """A record's ``meta`` as a DynamoDB map of strings."""
     return {"M": {str(k): {"S": str(v)} for k, v in meta.items()}}
+
+
+def chat_key(chat_id: str, principal: str | None) -> dict[str, Any]:
+    """The key of a chat's pointer item (its latest run). Hashed: a chat id is the client's text (up
+    to 200 characters), a principal an ARN; another principal's chat of the same id is another item."""
+    digest = hashlib.sha256("\x1f".join((principal or "", chat_id)).encode("utf-8", "surrogatepass")).hexdigest()
+    return {"pk": {"S": f"chat#{digest}"}, "sk": {"S": "latest"}}
+
+
+def chat_pointer_item(chat_id: str, principal: str | None, run_id: str, expires_at: int | None) -> dict[str, Any]:
+    """The pointer item naming ``run_id`` as the chat's latest run (it expires with the run's head)."""
+    item = {**chat_key(chat_id, principal), "run_id": {"S": run_id}}
+    if expires_at is not None:
+        item["expires_at"] = n(expires_at)
+    return item

@@ -1,11 +1,10 @@
-"""S3 objects holding what is too large for a DynamoDB item: checkpoint record bodies (and the
-whole states of records written before records existed).
+"""S3 objects holding what is too large for a DynamoDB item: checkpoint record bodies.
 
 Objects are immutable: each is written under a fresh key (``<prefix><run_id>/state/<name>-<nonce>.json``,
 ``If-None-Match: *``) *before* the conditional write that points at it, so an item never points
 at a missing object, and two writers racing for the same slot never overwrite each other's. An
 object whose write then failed is deleted (best effort; the bucket's lifecycle rule is the
-backstop), as is an older state once no head points at it.
+backstop).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ leaves an unrecorded object; the next seal writes the same key again and records
 fails is only logged: the items stay readable, and the next seal covers what this one missed.
 
 Reading prefers the items (one Query reads any stretch near the end) and falls back to the sealed
-segments for whatever has no item (a log migrated from the previous format, or items deleted).
+segments for whatever has no item (items deleted).
 Hot items carry the same TTL as the run's S3 objects (``ttl_seconds``: the runtime passes the
 chunk retention), so they outlive the record: dropping them earlier would save little (a run's
 items are a few hundred KB) and would lose a tail whose seal failed.
@@ -57,8 +57,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..errors import FencedError, HarnessError, LogConflictError, StorageError
 from ..storage.memory import check_chunks, check_read_args
 from ._errors import error_code, error_item, translate
-from ._logitems import MAX_INDEX, IndexItem, LogItem, chunk_key, decode_item, encode_chunks, generation
-from ._loglegacy import LegacyLog
+from ._logitems import MAX_INDEX, LogItem, chunk_key, decode_item, encode_chunks, generation
 from ._logread import LogReader, NewGeneration, Top, lk
 from ._logseal import Segments
 
@@ -128,15 +127,10 @@ class DynamoChunkLog:
         self._segments = Segments(
             s3_client=s3_client, bucket=bucket, prefix=prefix, dynamodb_client=dynamodb_client, table_name=table_name
         )
-        legacy = LegacyLog(
-            dynamodb_client=dynamodb_client, table_name=table_name, s3_client=s3_client, bucket=bucket, prefix=prefix
-        )
-        self._legacy = legacy
         self._r = LogReader(
             dynamodb_client=dynamodb_client,
             table_name=table_name,
             segments=self._segments,
-            legacy=legacy,
             cache_bytes=cache_bytes,
             max_workers=max_workers,
             clock=clock,
@@ -161,7 +155,7 @@ class DynamoChunkLog:
         for _ in range(_OPEN_ATTEMPTS):
             # A log this process created empty needs no look at its top: the conditional marker
             # below is the fence all the same, and a log that is not empty after all fails it.
-            top = Top(fresh, None, []) if fresh else self._r.top(run_id, 0) or self._adopt_legacy(run_id, epoch)
+            top = Top(fresh, None, []) if fresh else self._r.top(run_id, 0) or Top(generation(None, None), None, [])
             fresh = None
             end = self._fence_check(run_id, top, epoch)
             old = self._put(run_id, top.gen, end, epoch, secrets.token_hex(8), None)
@@ -185,8 +179,6 @@ class DynamoChunkLog:
             if writer is None or (writer.epoch, writer.end) != (epoch, start):
                 top = self._r.top(run_id, 0)
                 if top is None:
-                    if self._legacy.head(run_id) is not None:
-                        raise LogConflictError(f"run {run_id!r}: the log is in the previous format; open it first")
                     top = Top(generation(None, None), None, [])
                 end = self._fence_check(run_id, top, epoch)
                 if end != start:
@@ -212,8 +204,7 @@ class DynamoChunkLog:
         self._check(run_id, 0)
         top = self._r.top(run_id, 0)
         if top is None:
-            head = self._legacy.head(run_id)
-            return head.count if head else 0
+            return 0
         self._r.cache.note_boundaries(lk(run_id, top.gen), top.end)
         return top.end
 
@@ -224,8 +215,7 @@ class DynamoChunkLog:
         self._check(run_id, 0)
         top = self._r.top(run_id, n)
         if top is None:
-            chunks = self._r.legacy_chunks(run_id)
-            return len(chunks), chunks[max(0, len(chunks) - n) :]
+            return 0, []
         count = top.end
         self._r.cache.note_boundaries(lk(run_id, top.gen), count)  # a follower goes on from here
         return count, self._r.assemble(run_id, top.gen, top.index, top.items[::-1], max(0, count - n), count)
@@ -366,22 +356,6 @@ class DynamoChunkLog:
         raw = "".join(chunk + "\n" for chunk in out).encode("utf-8")
         self._segments.put(self._segments.segment_key(run_id, gen, start, end), raw, run_id)
         return self._segments.record(run_id, gen, start, end, self._expiry())
-
-    def _adopt_legacy(self, run_id: str, epoch: int) -> Top:
-        """The log of a run without items: empty, or one of the previous format, which a writer
-        fences (its old writers can commit no more) and seals into one segment of this layout."""
-        head = self._legacy.head(run_id)
-        if head is None:
-            return Top(generation(None, None), None, [])
-        head = self._legacy.fence(run_id, epoch)
-        gen = generation(None, head.inc)
-        chunks = self._legacy.chunks(run_id, head, self._r.get_many)
-        if not chunks:
-            return Top(gen, None, [])
-        self._r.cache.put(lk(run_id, gen), 0, tuple(chunks), sum(map(len, chunks)))
-        sealed = self._seal(run_id, gen, 0, len(chunks))
-        logger.info("run %s: sealed %d chunks of the previous log format", run_id, sealed)
-        return Top(gen, IndexItem(gen, sealed, (sealed,)), [])
 
     def _fence_check(self, run_id: str, top: Top, epoch: int) -> int:
         """The log's end, if ``epoch`` may write there (else ``FencedError``)."""

@@ -4,18 +4,21 @@ Table layout (shared with the chunk log's items, see :mod:`.chunklog`; the recor
 :mod:`durable_harness.storage.records`, their items :mod:`._records`)::
 
     pk (S) = run id    sk (S) = "run"          the head
+    format (N)                 the storage format version (``RECORD_FORMAT``), set on create; a
+                               record of another version is refused (``FormatVersionError``)
     version, epoch (N)         fencing counters (ports.py); every write is conditional on version
     status, principal, chat_id copied out of the state for the API and for people reading the table
     meta (M of S)
     seq (N)                    how many records the state has (absent: none)
-    state (S)                  the inline base: a state of at most ``INLINE_BYTES``, or the whole
-                               state of a record written before records existed; or instead
-    state_key (S)              the S3 key of an immutable object holding such an older state
+    state (S)                  the inline base: a state of at most ``INLINE_BYTES``
     created_at, updated_at (S) ISO 8601, UTC
     expires_at (N)             epoch seconds: the table's TTL attribute
     inc (S)                    the incarnation: a random token made when the record is created
 
     pk (S) = run id    sk (S) = "run#00000001", ...   the records 1..seq (full states or deltas)
+
+    pk (S) = "chat#" + sha256(principal, chat id)    sk (S) = "latest"
+    run_id (S), expires_at (N) the chat's latest run (a resume by chat id), put by each run's creation
 
 A save appends record ``seq + 1`` and moves the head in one ``TransactWriteItems`` (one request;
 DynamoDB bills both items, at two write units per KB as for any transaction), conditional on the
@@ -25,11 +28,6 @@ history. A state small enough to stay inline (the approval ledger's) is one ``Up
 is a save that changes nothing but the head. Loading is one strongly consistent ``Query`` for the
 head and its records (paged past 1 MB). A record body over ``offload_bytes`` goes to an immutable
 S3 object (``runs/<run_id>/state/<inc>-<seq>-<nonce>.json``) written before the transaction.
-
-Records written before this format (a head whose ``state`` or ``state_key`` is the whole state,
-without ``seq``) load as they are; their first save replaces that base with a ``full`` record once
-(and deletes the superseded S3 object). Code from before the format cannot read a run saved since:
-roll a deployment forward, not back, while runs are in flight.
 
 A run id can be used again once its record has expired (an idempotent chat POST or a "Start Run"
 event repeated after ``RunTtlDays``). Everything keyed by the run id alone would then mix the two
@@ -77,15 +75,19 @@ from ..errors import (
     StorageError,
 )
 from ..ids import is_run_id
-from ..ports import Checkpoint, RunSummary
+from ..ports import Checkpoint, ListPosition, RunListing, RunSummary
 from ..storage.records import Folded, fold, parse, plan_create, plan_save
-from ._errors import aws_errors, error_code, error_item, translate
+from ._errors import aws_errors, check_format, error_code, error_item, translate
+from ._listing import query_principal_runs
 from ._logitems import fresh_log_item, generation
 from ._records import (
+    RECORD_FORMAT,
     RUN_SK,
     StaleRead,
     cancel_item,
     cancel_reason,
+    chat_key,
+    chat_pointer_item,
     existing_item,
     from_last_full,
     meta_attr,
@@ -108,11 +110,11 @@ _LOAD_ATTEMPTS = 3
 _NAMES = {
     f"#{n}": n
     for n in (
-        "pk", "version", "epoch", "status", "principal", "chat_id", "meta", "state", "state_key", "seq", "inc",
-        "updated_at", "expires_at", "write_id", "created_at",
+        "pk", "version", "epoch", "status", "principal", "chat_id", "meta", "state", "seq", "inc",
+        "updated_at", "expires_at", "write_id", "created_at", "format",
     )
 }  # fmt: skip
-_SUMMARY = ("#pk", "#status", "#principal", "#chat_id", "#expires_at")
+_SUMMARY = ("#pk", "#status", "#principal", "#chat_id", "#expires_at", "#format")
 _LIVE = "(attribute_not_exists(#expires_at) OR #expires_at > :now)"
 _PLACEHOLDER = re.compile(r"#\w+")
 
@@ -128,8 +130,7 @@ class _Known:
     record: Checkpoint
     seq: int
     base_bytes: int
-    """Size of the head's inline base, or of the S3 object ``base_key`` (0: no base)."""
-    base_key: str | None
+    """Size of the head's inline base (0: no base)."""
     inc: str | None
     folded: Folded
 
@@ -217,12 +218,38 @@ class DynamoCheckpointStore:
             ).get("Item")
         if item is None or self._expired(item):
             raise RunNotFoundError(run_id)
+        check_format(item, RECORD_FORMAT, f"the record of run {run_id!r}")
         return RunSummary(
             run_id,
             item["status"]["S"],
             item["principal"]["S"] if "principal" in item else None,
             item["chat_id"]["S"] if "chat_id" in item else None,
         )
+
+    def runs_of(
+        self,
+        principal: str,
+        *,
+        limit: int,
+        after: ListPosition | None = None,
+        statuses: frozenset[str] | None = None,
+        chat_id: str | None = None,
+    ) -> tuple[list[RunListing], ListPosition | None]:
+        """The principal's runs, newest first, from the table's index on (principal, created_at)."""
+        return query_principal_runs(
+            self._ddb, self._table, principal, limit=limit, after=after, statuses=statuses, chat_id=chat_id,
+            clock=self._clock,
+        )  # fmt: skip
+
+    def latest_run(self, chat_id: str, principal: str | None) -> str | None:
+        """The run created last for ``principal``'s chat: one strongly consistent GetItem of the
+        chat's pointer item, which each run's creation writes in its transaction (no scan, no index)."""
+        with aws_errors(f"loading the latest run of chat {chat_id!r}"):
+            item = self._ddb.get_item(TableName=self._table, Key=chat_key(chat_id, principal),
+                                      ConsistentRead=True).get("Item")  # fmt: skip
+        if item is None or self._expired(item):
+            return None
+        return str(item["run_id"]["S"])
 
     def incarnation(self, run_id: str) -> str | None:
         """The token of the run's current incarnation (``None`` for a record made before there were
@@ -278,7 +305,7 @@ class DynamoCheckpointStore:
             else:
                 sets.append(f"#{name} = :{name}")
                 values[f":{name}"] = {"S": value}
-        seq, base_bytes, base_key = known.seq, known.base_bytes, known.base_key
+        seq, base_bytes = known.seq, known.base_bytes
         if plan.inline is not None:
             sets.append("#state = :state")
             values[":state"] = {"S": plan.inline}
@@ -286,9 +313,6 @@ class DynamoCheckpointStore:
         if plan.drop_base:
             removes.append("#state")
             base_bytes = 0
-        if base_key is not None and (plan.inline is not None or plan.drop_base):
-            removes.append("#state_key")
-            base_key = None
         record, body_key = None, None
         if plan.record is not None:
             seq += 1
@@ -307,9 +331,7 @@ class DynamoCheckpointStore:
             self._objects.delete(body_key)  # ours, and never referenced: the write did not happen
             raise
         saved = replace(checkpoint, version=expected_version + 1, epoch=known.record.epoch, meta=dict(checkpoint.meta))
-        self._remember(_Known(saved, seq, base_bytes, base_key, known.inc, folded))
-        if known.base_key is not None and base_key is None:
-            self._objects.delete(known.base_key)  # an older record's state, no longer referenced
+        self._remember(_Known(saved, seq, base_bytes, known.inc, folded))
         return self._copy(saved)
 
     # --- reads -------------------------------------------------------------------------------------
@@ -323,14 +345,12 @@ class DynamoCheckpointStore:
                 continue  # the run was created again while it was read
             if head is None or self._expired(head):
                 raise RunNotFoundError(run_id)
-            try:
-                return self._decode(head, records)
-            except ObjectGone:
-                continue  # a save replaced an older record's state (and deleted its object) meanwhile
+            return self._decode(head, records)
         raise StorageError(f"run {run_id!r}: the record keeps changing while it is read")
 
     def _decode(self, head: dict[str, Any], records: list[dict[str, Any]]) -> _Known:
         run_id = head["pk"]["S"]
+        check_format(head, RECORD_FORMAT, f"the record of run {run_id!r}")
         if "created_at" in head:
             self._note_created(run_id, head)
         seq = num(head["seq"]) if "seq" in head else 0
@@ -338,11 +358,8 @@ class DynamoCheckpointStore:
             logger.warning("run %s: %d of its %d checkpoint records have expired", run_id, seq - len(records), seq)
             raise RunNotFoundError(run_id)
         bodies = [(r["kind"]["S"], self._body(run_id, r)) for r in from_last_full(records)]
-        base_key = head["state_key"]["S"] if "state_key" in head else None
         base: str | None = head["state"]["S"] if "state" in head else None
-        if base_key is not None and not (bodies and bodies[0][0] == "full"):
-            base = self._objects.text(base_key)  # ObjectGone: the caller reads again
-        base_bytes = len(base.encode("utf-8")) if base is not None else (1 << 30 if base_key else 0)
+        base_bytes = len(base.encode("utf-8")) if base is not None else 0
         record = Checkpoint(
             run_id=run_id,
             state="",
@@ -355,7 +372,7 @@ class DynamoCheckpointStore:
         )
         folded = fold(base, bodies)
         inc = head["inc"]["S"] if "inc" in head else None
-        known = _Known(replace(record, state=folded.text), seq, base_bytes, base_key, inc, folded)
+        known = _Known(replace(record, state=folded.text), seq, base_bytes, inc, folded)
         self._remember(known)
         return known
 
@@ -380,6 +397,7 @@ class DynamoCheckpointStore:
         expires_at = clock + min(self._ttl, self._max_age or self._ttl) if self._ttl is not None else None
         item: dict[str, Any] = {
             **self._key(run_id),
+            "format": n(RECORD_FORMAT),
             "version": n(1),
             "epoch": n(0),
             "status": {"S": record.status},
@@ -417,6 +435,10 @@ class DynamoCheckpointStore:
             head_ttl = self._max_age if self._max_age is not None else self._ttl
             head = fresh_log_item(run_id, generation(at, incarnation), None if head_ttl is None else clock + head_ttl)
             writes.append({"Put": {"TableName": self._table, "Item": head}})
+        if record.chat_id is not None:
+            # The chat's latest run, for a resume by chat id: one more item in the same request.
+            pointer = chat_pointer_item(record.chat_id, record.principal, run_id, expires_at)
+            writes.append({"Put": {"TableName": self._table, "Item": pointer}})
         try:
             if len(writes) == 1:
                 self._ddb.put_item(**put)
@@ -434,7 +456,7 @@ class DynamoCheckpointStore:
             raise translate(exc, f"creating run {run_id!r}") from exc
         self._note_created(run_id, item)
         size = len(plan.inline.encode("utf-8")) if plan.inline is not None else 0
-        self._remember(_Known(record, 0 if plan.inline is not None else 1, size, None, incarnation,
+        self._remember(_Known(record, 0 if plan.inline is not None else 1, size, incarnation,
                               Folded(record.state, parse(record.state))))  # fmt: skip
         if self._on_created is not None and self._reset_log_head and is_run_id(run_id):
             self._on_created(run_id, generation(at, incarnation))

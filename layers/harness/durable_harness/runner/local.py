@@ -152,7 +152,8 @@ class LocalOrchestrator:
                 attempt += 1
                 if attempt >= self.max_attempts:
                     logger.error("run %s: slice failed %d times: %s", run_id, attempt, exc)
-                    return await self.close(run_id, error="The run failed after repeated errors.")
+                    reason = f" The last one: {exc}" if exc.shown else ""
+                    return await self.close(run_id, error=f"The run failed after repeated errors.{reason}")
                 logger.warning("run %s: slice attempt %d failed (%s); retrying", run_id, attempt, exc)
                 await asyncio.sleep(self._delay(attempt))
                 continue

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
 from ..approvals import ApprovalSecret
-from ..errors import FatalError, FencedError, ModelError, OutputError, ProtocolError
+from ..errors import FatalError, FencedError, LogConflictError, ModelError, OutputError, ProtocolError
 from ..harness import interface as hi
 from ..ids import new_id, new_run_id
 from ..ledger import ApprovalLedger, approval_key
@@ -49,6 +50,7 @@ from .state import (
     ContinuationRecord,
     FinalResult,
     RunState,
+    StepMark,
     StreamContext,
     check_agent,
     checkpoint_of,
@@ -58,6 +60,10 @@ from .state import (
 )
 
 logger = logging.getLogger(__name__)
+
+_FINALIZE_ATTEMPTS = 12
+_FINALIZE_BACKOFF_MAX = 1.0
+"""Seconds: the longest (mean) wait between two tries of a finalizer that was fenced off."""
 
 
 class Runner:
@@ -200,6 +206,7 @@ class Runner:
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
         turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
+        state.slice_times.append((writer.end, round(time.time(), 3)))
         _write(writer, translator.start(state.message_id))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
@@ -241,7 +248,10 @@ class Runner:
                     continue
                 if isinstance(event, hp.ToolApprovalRequestPart):
                     self._note_approval(state, translator, event)
+                _mark_times(state, writer, chunks)
                 _write(writer, chunks)
+                if isinstance(event, hp.FinishStepPart):
+                    state.steps.append(_step_mark(event))
                 if isinstance(event, hp.ErrorPart):
                     raise ModelError(chunks[0].error_text if chunks else "model error")  # type: ignore[union-attr]
                 slice_point = isinstance(event, hp.FinishStepPart)
@@ -281,17 +291,33 @@ class Runner:
         failure) and ``finish``. A run that already ended is only repaired, never changed. A
         cancelled run's harness is told through ``on_cancel``.
         """
-        for _ in range(10):
+        return (await self.finalize_once(run_id, status=status, error=error))[0]
+
+    async def finalize_once(
+        self,
+        run_id: str,
+        *,
+        status: Literal["failed", "cancelled"] = "failed",
+        error: str | None = None,
+    ) -> tuple[RunState, bool]:
+        """:meth:`finalize`, and whether this call ended the run (False: it had ended already, by
+        itself or by another finalizer), so that an end is announced once."""
+        for attempt in range(_FINALIZE_ATTEMPTS):
+            if attempt:
+                # Fenced: a slice checkpointed, or another finalizer (a concurrent cancel) claimed the
+                # run. Claiming again at once would fence that one off in turn, and so on; waiting a
+                # little (jittered, growing) lets it commit, and the next look finds the run ended.
+                await asyncio.sleep(random.uniform(0.5, 1.5) * min(_FINALIZE_BACKOFF_MAX, 0.02 * 2**attempt))
             cp = await asyncio.to_thread(self.store.load, run_id)
             state = state_of(cp)
             if state.terminal:
                 await self._complete_tail(cp, state)
-                return state
+                return state, False
             try:
                 cp = await asyncio.to_thread(self.store.claim, run_id, cp.version)
                 count = await asyncio.to_thread(self.log.open, run_id, cp.epoch)
             except FencedError:
-                continue  # a slice checkpointed meanwhile: look again
+                continue  # the run changed meanwhile: look again
             translator = self._translator(state)
             await self._note_tail(state, count, translator)
             closing: list[UIMessageChunk] = list(translator.start(state.message_id))
@@ -304,14 +330,20 @@ class Runner:
             try:
                 state = await self._commit_terminal(progress, closing)
             except FencedError:
-                continue
+                if progress.cp.version == cp.version:
+                    continue  # fenced before its terminal checkpoint: look again
+                # Its terminal checkpoint is in (this call ended the run); a concurrent finalizer that
+                # found the log short claimed the run to append the tail. It is complete, or soon is.
+                await self._complete_tail(progress.cp, state)
             if status == "cancelled":
                 await self.notify_cancel(state)
-            return state
+            return state, True
         raise FencedError(f"run {run_id}: could not finalize, the run keeps changing")
 
     def result(self, state: RunState) -> dict[str, Any]:
-        """The run's result (JSON): the harness's account of its turn, with what the runner knows."""
+        """The run's result (JSON): the harness's account of its turn, with what the runner knows
+        (``text``, ``steps`` and ``responseMessages`` from the run's log when the harness gives none;
+        reads the log, so call it off the event loop)."""
         result: dict[str, Any] = {}
         final = state.final_result
         if final is not None:
@@ -321,6 +353,11 @@ class Runner:
             result["pendingApprovals"] = pending_json(state)
         if not foreign(state.agent, self.agent_id):  # another harness's turn state is not this one's to read
             result.update(self.agent.run_result(state.turn))
+        from .result import RECORDED_KEYS, recorded_result  # the result API only: kept off the functions' load
+
+        if missing := [key for key in RECORDED_KEYS if key not in result]:
+            recorded = recorded_result(self.log.read(state.run_id, 0), state.steps)
+            result.update({key: recorded[key] for key in missing})
         if final is not None and final.output is not None:
             result["output"] = final.output
         return result
@@ -427,19 +464,41 @@ class Runner:
 
     async def _complete_tail(self, cp: Checkpoint, state: RunState) -> None:
         """Append terminal chunks that a crash kept out of the log (after the terminal checkpoint)."""
-        expected, final = state.stream.chunk_count, state.stream.final_chunks
-        count = await asyncio.to_thread(self.log.count, state.run_id)
-        if count >= expected:
-            return
-        base = expected - len(final)
-        if count < base:
-            raise FatalError(f"run {state.run_id}: the log has {count} chunks, expected at least {base}")
-        cp = await asyncio.to_thread(self.store.claim, state.run_id, cp.version)
-        count = await asyncio.to_thread(self.log.open, state.run_id, cp.epoch)
-        if count < expected:
-            await asyncio.to_thread(self.log.append, state.run_id, count, final[count - base :], cp.epoch)
+        run_id, (expected, final) = state.run_id, (state.stream.chunk_count, state.stream.final_chunks)
+        base, version = expected - len(final), cp.version
+        for attempt in range(_FINALIZE_ATTEMPTS):
+            if attempt:  # another writer completes it (the finalizer that ended the run, or a concurrent one)
+                await asyncio.sleep(random.uniform(0.5, 1.5) * min(_FINALIZE_BACKOFF_MAX, 0.02 * 2**attempt))
+                version = await asyncio.to_thread(self.store.version, run_id)
+            count = await asyncio.to_thread(self.log.count, run_id)
+            if count >= expected:
+                return
+            if count < base:
+                raise FatalError(f"run {run_id}: the log has {count} chunks, expected at least {base}")
+            try:
+                claimed = await asyncio.to_thread(self.store.claim, run_id, version)
+                count = await asyncio.to_thread(self.log.open, run_id, claimed.epoch)
+                if count >= expected:
+                    return
+                await asyncio.to_thread(self.log.append, run_id, count, final[count - base :], claimed.epoch)
+            except (FencedError, LogConflictError):
+                continue  # look again: the other writer may have completed it
             if self.on_commit:
-                self.on_commit(state.run_id, expected)
+                self.on_commit(run_id, expected)
+            return
+        raise FencedError(f"run {run_id}: could not complete its log, the run keeps changing")
+
+
+_TIMED = frozenset(
+    {"start-step", "finish-step", "tool-input-available", "tool-output-available", "tool-output-error",
+     "tool-approval-request"}
+)  # fmt: skip
+
+
+def _mark_times(state: RunState, writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
+    """Note when the chunks the inspector times are written (``RunState.chunk_times``)."""
+    now = round(time.time(), 3)
+    state.chunk_times.extend((writer.end + i, now) for i, chunk in enumerate(chunks) if chunk.type in _TIMED)
 
 
 def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
@@ -457,4 +516,13 @@ def _final_result(finish: hp.FinishPart | None, output: Any) -> FinalResult:
         input_tokens=int(usage.input_tokens.total or 0),
         output_tokens=int(usage.output_tokens.total or 0),
         output=output,
+    )
+
+
+def _step_mark(part: hp.FinishStepPart) -> StepMark:
+    usage = part.usage
+    return StepMark(
+        finish_reason=part.finish_reason.unified,
+        input_tokens=int(usage.input_tokens.total or 0),
+        output_tokens=int(usage.output_tokens.total or 0),
     )

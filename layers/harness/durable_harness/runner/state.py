@@ -37,6 +37,14 @@ class FinalResult(BaseModel):
     output: Any = None
 
 
+class StepMark(BaseModel):
+    """How one step of the turn ended (noted by the runner at its ``finish-step``, for the result)."""
+
+    finish_reason: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 class ApprovalRecord(BaseModel):
     """An approval request the turn raised (recorded by the runner as the stream passes)."""
 
@@ -99,10 +107,18 @@ class RunState(BaseModel):
     """Approval requests this turn raised; a turn that ends with any is paused."""
     stream: StreamContext = Field(default_factory=StreamContext)
     slices: int = 0
+    steps: list[StepMark] = Field(default_factory=list)
+    """The turn's finished steps, as the runner saw them (the run result's ``steps``)."""
     final_result: FinalResult | None = None
     error: str | None = None
     continued_by: str | None = None
     """The run that answered this paused run's approvals through the run API."""
+    slice_times: list[tuple[int, float]] = Field(default_factory=list)
+    """When each slice began: (the log index of its first chunk, epoch seconds)."""
+    chunk_times: list[tuple[int, float]] = Field(default_factory=list)
+    """When the chunks the runs inspector times were written (a step's start and finish, a tool
+    call's input, output or error, an approval request): (log index, epoch seconds). Nothing else in
+    the log or the checkpoint says when something happened; about 20 bytes a mark."""
 
     @property
     def terminal(self) -> bool:

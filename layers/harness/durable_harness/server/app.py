@@ -6,11 +6,13 @@ Routes:
   extra body fields are the agent's call options;
 * ``GET /api/chat/{runId}/stream?startIndex=N`` -- the run's stream from absolute index N
   (N < 0 counts from the tail), following a live run until ``finish`` (``x-workflow-run-id`` too);
+* ``GET /api/runs?status=&chat=&limit=&cursor=`` -- the caller's runs, newest first (see :mod:`.runlist`);
 * ``GET /api/runs/{runId}``, ``GET /api/runs/{runId}/result``, ``POST /api/runs/{runId}/cancel``,
   ``POST /api/runs/{runId}/approvals`` -- the run API (status, result, cancel, approvals of a run
   that has no chat client);
 * ``GET /health`` and ``GET /openapi.json``;
-* ``GET /`` and ``GET /assets/<file>`` -- the chat page, when built and enabled (see :mod:`.static`).
+* ``GET /``, ``GET /runs``, ``GET /runs/<runId>`` and ``GET /assets/<file>`` -- the chat page and the runs
+  inspector, when built and enabled (see :mod:`.static`).
 
 Everything under ``/api`` needs the caller's credentials (see :mod:`.auth`); a run is served
 only to the principal that started it (404 for anyone else).
@@ -31,11 +33,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from ..errors import InvalidRequestError, RunNotFoundError, StorageError
+from ..errors import InvalidRequestError, MethodNotAllowedError, RunNotFoundError, StorageError
 from ..ids import is_run_id
 from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
 from .auth import Authenticator, NoAuth
 from .openapi import openapi_document
+from .resume import NOTHING_TO_RESUME, chat_run_to_resume
+from .runlist import list_runs, parse_list_query
 from .service import ChatService
 from .static import StaticSite
 
@@ -82,6 +86,8 @@ class ChatApp:
             await self._route(scope, receive, send, cors)
         except InvalidRequestError as exc:
             extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
+            if isinstance(exc, MethodNotAllowedError):
+                extra.append((b"allow", exc.allow.encode()))
             await _json(send, exc.status, {"error": {"code": exc.code, "message": str(exc)}}, cors + extra)
         except RunNotFoundError as exc:
             await _json(send, 404, {"error": {"code": "run_not_found", "message": str(exc)}}, cors)
@@ -123,7 +129,11 @@ class ChatApp:
             await self._post_chat(scope, receive, send, cors, principal)
         elif len(segments) == 4 and segments[:2] == ["api", "chat"] and segments[3] == "stream":
             _allow(method, "GET")
-            await self._get_stream(scope, _run_id(segments[2]), receive, send, cors, principal)
+            await self._get_stream(scope, segments[2], receive, send, cors, principal)
+        elif segments == ["api", "runs"]:
+            _allow(method, "GET")
+            query = parse_list_query(parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+            await _json(send, 200, await list_runs(self.service.runner.store, principal, query), cors)
         elif len(segments) == 3 and segments[:2] == ["api", "runs"]:
             _allow(method, "GET")
             await _json(send, 200, await self.service.status(_run_id(segments[2]), principal), cors)
@@ -153,7 +163,7 @@ class ChatApp:
         await self._stream(state.run_id, 0, -1, headers, receive, send, cors, settle=True)
 
     async def _get_stream(
-        self, scope: Scope, run_id: str, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]], principal: str
+        self, scope: Scope, target: str, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]], principal: str
     ) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         raw = query.get("startIndex", ["0"])[-1]
@@ -164,10 +174,19 @@ class ChatApp:
                 code="invalid_start_index",
             )
         start = int(raw)
-        resolved, count, first = await self.service.stream_start(run_id, start, principal)
+        summary = None
+        if target.startswith("wrun_"):  # meant as a run id: a malformed one is a 400, not a chat id
+            run_id = _run_id(target)
+        else:  # a chat id (useChat's resume): its latest run, while that is in progress
+            found = await chat_run_to_resume(self.service, _chat_id(target), start, principal)
+            if found is None:
+                await _nothing_to_resume(send, cors, "startIndex" in query)
+                return
+            run_id, summary = found
+        at = await self.service.stream_start(run_id, start, principal, summary)
         # The seed's GET handler names the run too (x-workflow-run-id), like the POST.
         extra = [(b"x-workflow-run-id", run_id.encode())]
-        await self._stream(run_id, resolved, count - 1, extra, receive, send, cors, first)
+        await self._stream(run_id, at.start, at.count - 1, extra, receive, send, cors, at.first, complete=at.complete)
 
     async def _stream(
         self,
@@ -181,11 +200,17 @@ class ChatApp:
         first: list[str] | None = None,
         *,
         settle: bool = False,
+        complete: bool = False,
     ) -> None:
         """Stream the run from ``start``; with ``settle``, the response ends only once a slice of
         the run that this process runs is done (deployed, the function is frozen when its response
-        ends), whether the client is still there or not."""
+        ends), whether the client is still there or not. ``complete``: the run's stream ended
+        before ``start``, so the response has no chunks."""
         headers = [*UI_MESSAGE_STREAM_HEADERS, *extra, (b"x-workflow-stream-tail-index", str(tail_index).encode())]
+        if complete:
+            await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
+            await send({"type": "http.response.body", "body": SSE_DONE, "more_body": False})
+            return
         finished: bool | None = None  # None: the client went away, nothing more to send
         try:
             await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
@@ -276,6 +301,26 @@ def _run_id(value: str) -> str:
     return value
 
 
+def _chat_id(value: str) -> str:
+    if not 0 < len(value) <= 200:
+        raise InvalidRequestError(
+            "Expected a run id ('wrun_' and 26 characters) or a chat id (1 to 200 characters) in the path.",
+            code="invalid_chat_id",
+        )
+    return value
+
+
+async def _nothing_to_resume(send: Send, cors: list[tuple[bytes, bytes]], with_index: bool) -> None:
+    """A resume by chat id when the chat has no run in progress (see :mod:`.resume`)."""
+    if not with_index:  # DefaultChatTransport: 204 is "no active stream"
+        await send({"type": "http.response.start", "status": 204, "headers": cors})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    headers = [*UI_MESSAGE_STREAM_HEADERS, (b"x-workflow-stream-tail-index", b"0")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers + cors})
+    await send({"type": "http.response.body", "body": NOTHING_TO_RESUME})
+
+
 _START_INDEX = re.compile(r"-?[0-9]{1,18}")
 
 MAX_JSON_DEPTH = 100
@@ -329,9 +374,7 @@ def _not_found(method: str, scope: Scope) -> InvalidRequestError:
 
 def _allow(method: str, allowed: str) -> None:
     if method != allowed:
-        raise InvalidRequestError(
-            f"Method {method} is not allowed here; use {allowed}.", code="method_not_allowed", status=405
-        )
+        raise MethodNotAllowedError(method, f"{allowed}, OPTIONS")  # OPTIONS: every path answers a preflight
 
 
 def _preflight() -> list[tuple[bytes, bytes]]:

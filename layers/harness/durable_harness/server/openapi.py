@@ -40,7 +40,65 @@ _UNAVAILABLE = {
 }
 _ERRORS = {**{str(code): _ERROR for code in (400, 401, 404, 405, 409, 413)}, "503": _UNAVAILABLE}
 _PATH_RUN = [{"name": "runId", "in": "path", "required": True, "schema": _RUN_ID}]
+_PATH_RUN_OR_CHAT = [{
+    "name": "runId", "in": "path", "required": True,
+    "description": "A run id, or a chat id (the `id` of its POSTs): the chat's latest run while it is in progress.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+}]  # fmt: skip
+_UI_MESSAGE = {
+    "type": "object",
+    "description": "An AI SDK UIMessage.",
+    "required": ["id", "role", "parts"],
+    "properties": {
+        "id": {"type": "string"},
+        "role": {"enum": ["system", "user", "assistant"]},
+        "metadata": {},
+        "parts": {"type": "array", "items": {"type": "object", "required": ["type"], "properties": {
+            "type": {"type": "string"}}}},
+    },
+}  # fmt: skip
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_LIST_PARAMETERS = [
+    {
+        "name": "status",
+        "in": "query",
+        "description": "Comma-separated run statuses (`finished`, `failed`, ...) or groups (`running`, `waiting`).",
+        "schema": {"type": "string"},
+    },
+    {"name": "chat", "in": "query", "description": "Only the runs of this chat id.", "schema": {"type": "string"}},
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 25}},
+    {
+        "name": "cursor",
+        "in": "query",
+        "description": "The `nextCursor` of the previous page (opaque).",
+        "schema": {"type": "string"},
+    },
+]
+_RUN_LIST = {
+    "application/json": {
+        "schema": {
+            "type": "object",
+            "required": ["runs", "nextCursor"],
+            "properties": {
+                "runs": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["runId", "status", "createdAt", "chatId"],
+                        "properties": {
+                            "runId": _RUN_ID,
+                            "status": {"type": "string"},
+                            "createdAt": {"type": "string", "description": "ISO 8601, UTC."},
+                            "chatId": {"type": ["string", "null"]},
+                            "agent": {"type": "string"},
+                        },
+                    },
+                },
+                "nextCursor": {"type": ["string", "null"], "description": "The next page's cursor; null: the last."},
+            },
+        }
+    }
+}
 _USAGE = {
     "type": "object",
     "required": ["inputTokens", "outputTokens", "totalTokens"],
@@ -103,7 +161,7 @@ def openapi_document() -> dict[str, Any]:
                                     "required": ["messages"],
                                     "properties": {
                                         "id": {"type": "string", "minLength": 1, "maxLength": 200},
-                                        "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                                        "messages": {"type": "array", "minItems": 1, "items": _UI_MESSAGE},
                                         "trigger": {
                                             "type": "string",
                                             "enum": ["submit-message", "regenerate-message"],
@@ -131,12 +189,24 @@ def openapi_document() -> dict[str, Any]:
             },
             "/api/chat/{runId}/stream": {
                 "get": {
-                    "summary": "Replay and follow a run's stream from an absolute (or, if negative, tail) index.",
+                    "summary": "Replay and follow a run's stream from an absolute (or, if negative, tail) index; "
+                    "by chat id, the stream of the chat's run in progress.",
                     "parameters": [
-                        *_PATH_RUN,
+                        *_PATH_RUN_OR_CHAT,
                         {"name": "startIndex", "in": "query", "required": False, "schema": {"type": "integer"}},
                     ],
-                    "responses": {"200": _SSE, **_ERRORS},
+                    "responses": {
+                        "200": _SSE,
+                        "204": {"description": "By chat id without startIndex: nothing to resume."},
+                        **_ERRORS,
+                    },
+                }
+            },
+            "/api/runs": {
+                "get": {
+                    "summary": "The caller's runs, newest first, a page at a time (only the caller's own runs).",
+                    "parameters": _LIST_PARAMETERS,
+                    "responses": {"200": {"description": "A page of runs.", "content": _RUN_LIST}, **_ERRORS},
                 }
             },
             "/api/runs/{runId}": {

@@ -28,27 +28,25 @@ from ..errors import (
 )
 from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
-from ..ports import CommitCadence, Orchestrator, RunSummary, read_summary, read_tail
+from ..ports import CommitCadence, Orchestrator, RunSummary, read_summary
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
 from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
-from ..runner.state import TERMINAL_STATUSES, RunState, pending_json
+from ..runner.state import RunState, pending_json
 from ..storage.health import StorageHealth
 from .notifier import CommitSignal
+from .resume import FINISH_PREFIX as _FINISH_PREFIX
+from .resume import StreamStart, stream_start
 
 if TYPE_CHECKING:
     from .inline import InlineSlices
 
 logger = logging.getLogger(__name__)
 
-_FINISH_PREFIX = '{"type":"finish"'
 KEEPALIVE = None
 """Yielded by :meth:`ChatService.follow` when the run is idle, so the edge can send a keep-alive."""
 _LATE_RETRY = 0.015
-RESUME_TAIL = 64
-"""Chunks a resume at a non-negative index reads with the log's count: a client reconnecting after
-a drop is usually that close to the end, and then the count and its chunks take one read."""
 
 
 @dataclass
@@ -99,6 +97,7 @@ class ChatService:
         """Known storage trouble (local mode): new streams of unfinished runs get a 503 meanwhile."""
         self.announce = announce
         self.inline = inline
+        self._cancels: dict[str, asyncio.Future[RunState]] = {}
 
     async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
         """Validate a chat POST body, create its run and start driving it."""
@@ -178,40 +177,12 @@ class ChatService:
             raise RunNotFoundError(run_id)
         return summary
 
-    async def stream_start(self, run_id: str, start: int, principal: str | None) -> tuple[int, int, list[str] | None]:
-        """Where a stream request from ``start`` (negative: from the tail) begins.
-
-        Returns ``(resolved start, the log's count, the chunks from the resolved start when the
-        read of the count already brought them, else None)``. Raises ``RunNotFoundError`` for a
-        run the principal may not see, ``InvalidRequestError`` for an index past the end, and
-        ``StorageError`` (a 503) while storage is known to fail and the run's log is incomplete. Two
-        storage reads in the common cases: the run's summary, and the log's tail with its count.
-        """
-        summary = await self.summary(run_id, principal)
-        want = min(-start, self.config.read_batch) if start < 0 else RESUME_TAIL
-        count, tail = await asyncio.to_thread(read_tail, self.runner.log, run_id, want)
-        if self.health is not None and self.health.unavailable:
-            # Known storage trouble (local mode): the full state says whether the run's log is complete.
-            await self.check_storage(await self.load(run_id))
-        resolved = max(0, count + start) if start < 0 else start
-        first = tail[resolved - (count - len(tail)) :] if count - len(tail) <= resolved <= count else None
-        if summary.status not in TERMINAL_STATUSES:
-            if resolved > count:
-                # A client can never have more chunks than the log: a bogus index, not a reconnect.
-                raise InvalidRequestError(
-                    f"startIndex {start} is past the end of this run's stream ({count} chunks so far).",
-                    code="invalid_start_index",
-                )
-            return resolved, count, first
-        # A terminal run's log ends with `finish`, or soon will: its checkpoint knows the final length
-        # while the last chunks are still being appended, and only an index past that is an error.
-        total = count if tail and tail[-1].startswith(_FINISH_PREFIX) else (await self.load(run_id)).stream.chunk_count
-        if resolved >= total > 0:
-            raise InvalidRequestError(
-                f"startIndex {start} is past the end of this run's stream ({total} chunks, ended with 'finish').",
-                code="invalid_start_index",
-            )
-        return resolved, count, first
+    async def stream_start(
+        self, run_id: str, start: int, principal: str | None, summary: RunSummary | None = None
+    ) -> StreamStart:
+        """Where a stream request from ``start`` (negative: from the tail) begins: see
+        :func:`.resume.stream_start`."""
+        return await stream_start(self, run_id, start, principal, summary)
 
     async def status(self, run_id: str, principal: str | None) -> dict[str, Any]:
         """What the run API reports about a run."""
@@ -230,6 +201,9 @@ class ChatService:
             "chunkCount": await self.count(run_id),
             "pendingApprovals": pending,
             "continuedBy": state.continued_by,
+            # When slices began and timed chunks were written: (log index, epoch seconds), for the inspector.
+            "sliceTimes": state.slice_times,
+            "chunkTimes": state.chunk_times,
         }
         if result is not None:
             body["finishReason"] = result.finish_reason
@@ -251,18 +225,35 @@ class ChatService:
                 code="run_in_progress",
                 status=409,
             )
-        body: dict[str, Any] = {"runId": state.run_id, "status": state.status, **self.runner.result(state)}
+        result = await asyncio.to_thread(self.runner.result, state)  # it may read the run's log
+        body: dict[str, Any] = {"runId": state.run_id, "status": state.status, **result}
         if state.error:
             body["error"] = state.error
         return body
 
     async def cancel(self, run_id: str, principal: str | None) -> RunState:
-        """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log."""
+        """Stop a run: no more slices; it ends ``cancelled`` with ``finish`` in its log.
+
+        Idempotent: a run already cancelled is answered as it is (and announced once). Concurrent
+        cancels of one run in this process share one cancel; across processes the runner's
+        finalize lets the first one through (see :meth:`Runner.finalize_once`).
+        """
         state = await self.load(run_id, principal)
+        running = self._cancels.get(run_id)
+        if running is None:
+            running = self._cancels[run_id] = asyncio.ensure_future(self._cancel(state))
+            running.add_done_callback(lambda _: self._cancels.pop(run_id, None))
+        return await asyncio.shield(running)  # a caller that goes away leaves the others' cancel be
+
+    async def _cancel(self, state: RunState) -> RunState:
+        run_id = state.run_id
         if state.status == "awaiting_tool_approval" and state.continued_by is None:
             try:  # a paused run is abandoned: nothing runs, its log already ends with `finish`
                 abandoned = await asyncio.to_thread(self.runner.abandon, run_id)
             except FencedError:
+                state = await self.load(run_id)
+                if state.status == "cancelled":  # another cancel got there first
+                    return state
                 raise InvalidRequestError(f"Run {run_id} changed meanwhile; reload it.", code="conflict",
                                           status=409) from None  # fmt: skip
             await self.runner.notify_cancel(abandoned)
@@ -270,11 +261,13 @@ class ChatService:
             return abandoned
         if state.terminal:
             # A cancel that died between its terminal checkpoint and `finish` is completed here.
-            await self.runner.finalize(run_id, status="cancelled")
+            ended = await self.runner.finalize(run_id, status="cancelled")
+            if ended.status == "cancelled":
+                return ended
             raise InvalidRequestError(f"Run {run_id} already ended ({state.status}).", code="run_ended", status=409)
         self.orchestrator.cancel(run_id)
-        cancelled = await self.runner.finalize(run_id, status="cancelled")
-        if cancelled.status == "cancelled":  # not when the run ended by itself first
+        cancelled, ended_here = await self.runner.finalize_once(run_id, status="cancelled")
+        if ended_here and cancelled.status == "cancelled":  # not when the run ended by itself first
             await self._announce(cancelled, "Run Cancelled")
         return cancelled
 

@@ -1,4 +1,5 @@
-"""The chat page: ``GET /`` (``index.html``) and ``GET /assets/<file>`` from the built static folder.
+"""The chat page: ``GET /`` (``index.html``), the runs inspector: ``GET /runs`` (``runs.html``; a run's
+page is ``/runs?run=<runId>``), and ``GET /assets/<file>``, from the built static folder.
 
 ``web/`` builds the page (``make web``) into :data:`PACKAGE_STATIC_DIR`; :func:`web_page_dir` says
 whether to serve it (the folder has an ``index.html`` and ``SERVE_WEB_PAGE`` is not ``0``).
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, MethodNotAllowedError
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -64,26 +65,24 @@ def web_page_dir(env: Mapping[str, str] | None = None, directory: Path = PACKAGE
 
 
 class StaticSite:
-    """Serves ``/`` and ``/assets/<name>`` from ``root`` (ASGI level, no framework)."""
+    """Serves ``/``, ``/runs`` and ``/assets/<name>`` from ``root`` (ASGI level, no framework)."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
     def matches(self, segments: list[str]) -> bool:
         """Whether this request path is the page's (and the page is there to serve)."""
-        return (segments in ([""], ["index.html"]) or segments[:1] == ["assets"]) and self.root.is_dir()
+        return (segments in ([""], ["index.html"], ["runs"]) or segments[:1] == ["assets"]) and self.root.is_dir()
 
     async def serve(self, method: str, segments: list[str], headers: Mapping[str, str], send: Send) -> None:
         """Answer one request for the page; raises InvalidRequestError (400/404/405) otherwise."""
         if method not in ("GET", "HEAD"):
-            raise InvalidRequestError(
-                f"Method {method} is not allowed here; use GET.", code="method_not_allowed", status=405
-            )
+            raise MethodNotAllowedError(method, "GET, HEAD, OPTIONS")
         if segments[:1] == ["assets"]:
             path = self._asset(segments)
             cache = IMMUTABLE if _HASHED.match(path.name) else NO_CACHE
         else:
-            path, cache = self.root / "index.html", NO_CACHE
+            path, cache = self.root / ("runs.html" if segments == ["runs"] else "index.html"), NO_CACHE
         try:
             body, stat = await asyncio.to_thread(_read, path)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):

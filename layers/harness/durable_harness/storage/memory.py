@@ -145,6 +145,12 @@ class MemoryCheckpointStore:
         with self._lock:
             return self._get(run_id).head.version
 
+    def latest_run(self, chat_id: str, principal: str | None) -> str | None:
+        """The run created last for ``principal``'s chat (runs are kept in creation order)."""
+        with self._lock:
+            heads = [run.head for run in self._runs.values()]
+        return next((h.run_id for h in reversed(heads) if h.chat_id == chat_id and h.principal == principal), None)
+
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""
         with self._lock:

@@ -3,8 +3,7 @@
 Every store (memory, SQLite, DynamoDB) keeps a run the same way:
 
 * the **head**: status, fencing counters, principal, chat id, meta, the number of records
-  (``seq``), and optionally an inline **base** state (a state of at most :data:`INLINE_BYTES`, or
-  the whole state of a record written before records existed);
+  (``seq``), and optionally an inline **base** state (a state of at most :data:`INLINE_BYTES`);
 * **records** ``1..seq``, each either a ``full`` state or a ``delta`` against the state before it.
   A record is written once and never changed; a save appends one record and moves the head in one
   atomic write, conditional on the head's version (so a fenced writer writes neither).
@@ -239,14 +238,13 @@ def plan_create(text: str) -> Plan:
 def plan_save(current: Folded, new_text: str, *, seq: int, base_bytes: int) -> tuple[Plan, Folded]:
     """What saving ``new_text`` over the ``current`` state writes, and the state it leaves.
 
-    ``seq`` is the head's record count, ``base_bytes`` the size of its inline base (0 for none).
-    A base larger than :data:`INLINE_BYTES` (a record from before records existed) is replaced by a
-    ``full`` record once, so that the head is small from then on.
+    ``seq`` is the head's record count, ``base_bytes`` the size of its inline base (0 for none):
+    a ``full`` record supersedes the base, which the head then drops.
     """
     new = Folded(new_text, parse(new_text))
     if seq == 0 and _size(new_text) <= INLINE_BYTES:
         return Plan(inline=new_text), new
-    if base_bytes <= INLINE_BYTES and current.value is not OPAQUE and new.value is not OPAQUE:
+    if current.value is not OPAQUE and new.value is not OPAQUE:
         ops = diff(current.value, new.value)
         if not ops:
             return Plan(), new

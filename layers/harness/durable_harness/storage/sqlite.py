@@ -6,11 +6,14 @@ Safe from several threads (one connection per store behind a lock; the async run
 ``UPDATE ... WHERE version = ?`` decides the race: the loser sees ``rowcount == 0`` and gets
 :class:`~durable_harness.errors.FencedError` with nothing written.
 
+The file's layout has a version, :data:`DB_FORMAT`, in SQLite's ``user_version``: a new file is
+stamped with it when its tables are made, and a file of another version (or of none, made before
+versions) is refused with :class:`~durable_harness.errors.FormatVersionError`.
+
 A run is a head row in ``runs`` plus append-only rows in ``run_records`` (the format of
 :mod:`durable_harness.storage.records`): a save inserts one record and moves the head in the same
 transaction, so no write grows with the run's history. ``runs.state`` holds the inline base
-(``''`` once a ``full`` record superseded it). A data folder written before records existed loads
-as it is: its ``runs.state`` is the whole state (a base) and the ``seq`` column is added with 0.
+(``''`` once a ``full`` record superseded it).
 
 Durability is ``synchronous=NORMAL``: a committed write survives a crash of the process, though
 not necessarily a power cut, which is the right trade for a development store.
@@ -35,13 +38,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
-from ..errors import CorruptCheckpointError, FencedError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, RunSummary
+from ..errors import (
+    CorruptCheckpointError,
+    FencedError,
+    FormatVersionError,
+    RunExistsError,
+    RunNotFoundError,
+    StorageError,
+)
+from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, ListPosition, RunListing, RunSummary
 from ._private import make_private_dirs, touch_private
 from .records import Folded, fold, plan_create, plan_save
 
-__all__ = ["SqliteCheckpointStore"]
+__all__ = ["DB_FORMAT", "SqliteCheckpointStore"]
 
+DB_FORMAT = 1
+"""The version of the file's layout (SQLite's ``user_version``; 0 in a file without tables): a later
+release that changes the tables raises it, and reads (or migrates) a file by what it finds."""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id     TEXT PRIMARY KEY,
@@ -74,6 +87,9 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 """
 
+_PRINCIPAL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, created_at, run_id)"
+"""The runs inspector's list (``runs_of``); made when a file is opened, so that a file of this format
+made before the list existed gets it too (a no-op read once it is there)."""
 _COLUMNS = "run_id, version, epoch, status, principal, chat_id, state, meta, seq"
 _CACHE_RUNS = 256
 # Orders list_runs by "last written": clock timestamps can tie or step back, a counter bumped
@@ -277,6 +293,16 @@ class SqliteCheckpointStore:
             ).fetchall()
         return [Lease(run_id, owner, float(expires or 0.0), _meta_agent(meta)) for run_id, owner, expires, meta in rows]
 
+    def latest_run(self, chat_id: str, principal: str | None) -> str | None:
+        """The run created last for ``principal``'s chat (through the ``runs_by_chat`` index)."""
+        with self._guard() as conn:
+            row = conn.execute(
+                # rowid: the order of the inserts (clock timestamps can tie or step back)
+                "SELECT run_id FROM runs WHERE chat_id = ? AND principal IS ? ORDER BY rowid DESC LIMIT 1",
+                (chat_id, principal),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
         """Records, most recently written first, optionally only those of one chat."""
         query = f"SELECT {_COLUMNS} FROM runs"
@@ -288,6 +314,38 @@ class SqliteCheckpointStore:
         with self._guard() as conn:
             rows = conn.execute(query, (*params, max(limit, 0))).fetchall()
             return [self._decode(conn, row) for row in rows]
+
+    def runs_of(
+        self,
+        principal: str,
+        *,
+        limit: int,
+        after: ListPosition | None = None,
+        statuses: frozenset[str] | None = None,
+        chat_id: str | None = None,
+    ) -> tuple[list[RunListing], ListPosition | None]:
+        """The principal's runs, newest first, from the index on (principal, created_at, run_id)."""
+        # Run ids only: the approval ledger keeps its records in this table too.
+        query = (
+            "SELECT run_id, status, created_at, chat_id, meta FROM runs"
+            " WHERE principal = ? AND run_id LIKE 'wrun!_%' ESCAPE '!'"
+        )
+        params: list[Any] = [principal]
+        if statuses is not None:
+            query += f" AND status IN ({', '.join('?' for _ in statuses)})"
+            params += sorted(statuses)
+        if chat_id is not None:
+            query += " AND chat_id = ?"
+            params.append(chat_id)
+        if after is not None:
+            query += " AND (created_at, run_id) < (?, ?)"
+            params += after
+        query += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        with self._guard() as conn:
+            rows = conn.execute(query, (*params, max(limit, 0) + 1)).fetchall()
+        listed = [RunListing(r[0], r[1], r[2], r[3], _meta_agent(r[4])) for r in rows[: max(limit, 0)]]
+        more = len(rows) > len(listed) and listed
+        return listed, (listed[-1].created_at, listed[-1].run_id) if more else None
 
     def close(self) -> None:
         """Close the connection; a later call reopens it."""
@@ -329,8 +387,8 @@ class SqliteCheckpointStore:
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
-                _add_seq_column(conn)
+                _prepare(conn, self._path)
+                conn.execute(_PRINCIPAL_INDEX)
             except BaseException:
                 conn.close()
                 raise
@@ -416,8 +474,24 @@ class SqliteCheckpointStore:
         raise FencedError(f"run {run_id!r}: {what} expected version {expected}, found {row[0]}")
 
 
-def _add_seq_column(conn: sqlite3.Connection) -> None:
-    """Bring a data folder from before checkpoint records up to date (its rows keep their states)."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-    if "seq" not in columns:
-        conn.execute("ALTER TABLE runs ADD COLUMN seq INTEGER NOT NULL DEFAULT 0")
+def _prepare(conn: sqlite3.Connection, path: str) -> None:
+    """Make the tables of a new file and stamp it with :data:`DB_FORMAT`; refuse another format."""
+    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    if found == 0:
+        conn.execute("BEGIN IMMEDIATE")  # two processes opening a new file: one makes the tables
+        try:
+            found = conn.execute("PRAGMA user_version").fetchone()[0]
+            empty = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+            if found == 0 and empty:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {DB_FORMAT}")
+                found = DB_FORMAT
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    if found != DB_FORMAT:
+        remedy = "Serve it with that release, or move the data folder away (this release starts a new one)."
+        raise FormatVersionError(f"the database {path}", found, DB_FORMAT, remedy)
