@@ -6,7 +6,7 @@
   :class:`RequestMeter` counting requests, bytes and DynamoDB capacity units by operation;
 * :class:`MotoEndpoint`: that moto over real HTTP on loopback, for another process
   (``AWS_ENDPOINT_URL``);
-* :data:`PRICES`: the AWS list prices the cost figures use;
+* :data:`PRICES` and the per-run cost helpers: the library's (:mod:`durable_harness.telemetry.costs`);
 * small formatting and statistics helpers.
 """
 
@@ -27,6 +27,15 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# The prices and the per-run cost arithmetic are the library's (one table: the deployed run API
+# prices runs with it too); the scripts import them from here or from there.
+from durable_harness.telemetry.costs import PRICE_DATE as PRICE_DATE
+from durable_harness.telemetry.costs import PRICES as PRICES
+from durable_harness.telemetry.costs import overhead_note as overhead_note
+from durable_harness.telemetry.costs import overhead_rows as overhead_rows
+from durable_harness.telemetry.costs import price_banner as price_banner
+from durable_harness.telemetry.costs import request_dollars
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the scripts run as `python bench/x.py`: make `tests` importable
@@ -56,94 +65,7 @@ ACCOUNT = "123456789012"  # moto's default account
 TABLE = "bench-runs"
 BUCKET = "bench-chunks"
 
-# --- prices -----------------------------------------------------------------------------------------
-
-PRICE_DATE = "2026-12-01"
-PRICES = {
-    "s3_put_per_1k": 0.005,  # S3 Standard PUT/COPY/POST/LIST, us-east-1
-    "s3_get_per_1k": 0.0004,  # S3 Standard GET (and all other requests)
-    # DynamoDB on-demand since the November 2024 price cut (the list in issue 10)
-    "ddb_wru_per_m": 0.625,  # per million write request units (1 KB each)
-    "ddb_rru_per_m": 0.125,  # per million read request units (4 KB strongly consistent, half eventually)
-    "ddb_storage_gb_month": 0.25,  # DynamoDB Standard table class, per GB-month
-    "s3_storage_gb_month": 0.023,  # S3 Standard, first 50 TB, per GB-month
-    "sfn_transition_per_1k": 0.025,  # Step Functions Standard state transitions
-    "lambda_gb_s_arm64": 0.0000133334,  # Lambda arm64 duration, per GB-second
-    "lambda_request_per_m": 0.20,  # Lambda requests, per million
-    # Lambda bills the INIT phase of on-demand functions as duration since 2025-08-01 (same GB-s rate).
-    "lambda_init_gb_s_arm64": 0.0000133334,
-    "cw_logs_ingest_per_gb": 0.50,  # CloudWatch Logs ingestion, Standard log class
-    "cw_logs_storage_gb_month": 0.03,  # CloudWatch Logs storage (compressed), per GB-month
-    "xray_traces_per_m": 5.00,  # X-Ray traces recorded, per million (100,000 a month free)
-    "secrets_api_per_10k": 0.05,  # Secrets Manager API calls, per 10,000
-    "secret_per_month": 0.40,  # Secrets Manager, per secret and month
-}
-
-# --- what a run costs besides its requests and compute: assumptions, printed with each table ---
-
-COLD_START_SHARE = 0.05
-"""Invocations that start a new environment (a steady load keeps most warm; a first request or a
-burst starts new ones). Each such start bills its INIT and reads its secrets once."""
-INIT_SECONDS = {"ChatFunction": 0.6, "SliceFunction": 0.5, "FinalizerFunction": 0.5, "TriggerFunction": 0.5}
-"""Billed INIT per cold start: the handler's import (``cold_start.py``: 175-283 ms) plus the runtime's and,
-for the chat function, the Web Adapter's start. The REPORT line's Init Duration is the measured one."""
-LOG_BYTES_PER_INVOCATION = 2_000
-"""CloudWatch Logs ingested per invocation: START, END and REPORT lines and the handler's structured lines
-(the state machine logs errors only)."""
-TRACES_PER_RUN = 2
-"""X-Ray traces recorded per run, every request sampled (the default rule samples fewer): the chat POST's
-and the execution's (its Lambda invocations join the execution's trace)."""
-SECRETS_PER_ENVIRONMENT = 2
-"""Secrets a new environment reads (the approval key, the tokens or a provider key), cached after that."""
-
-
-def overhead_rows(invocations: dict[str, int], memory: dict[str, int]) -> list[tuple[str, float]]:
-    """The per-run rows of INIT billing, CloudWatch Logs, X-Ray and Secrets Manager for a run of
-    ``invocations`` per function (``memory`` in MB per function), under the assumptions above."""
-    p = PRICES
-    cold = {fn: n * COLD_START_SHARE for fn, n in invocations.items()}
-    init = sum(n * INIT_SECONDS.get(fn, 0.5) * memory.get(fn, 512) / 1024 for fn, n in cold.items())
-    total = sum(invocations.values())
-    reads = sum(cold.values()) * SECRETS_PER_ENVIRONMENT
-    return [
-        (f"Lambda INIT ({COLD_START_SHARE:.0%} of {total} invocations cold, {init:.3f} GB-s)",
-         init * p["lambda_init_gb_s_arm64"]),
-        (f"CloudWatch Logs ingestion ({LOG_BYTES_PER_INVOCATION:,} B per invocation)",
-         total * LOG_BYTES_PER_INVOCATION / 1024**3 * p["cw_logs_ingest_per_gb"]),
-        (f"X-Ray ({TRACES_PER_RUN} traces recorded, all sampled)", TRACES_PER_RUN * p["xray_traces_per_m"] / 1e6),
-        (f"Secrets Manager ({reads:.2f} GetSecretValue calls)", reads * p["secrets_api_per_10k"] / 1e4),
-    ]  # fmt: skip
-
-
-def overhead_note() -> str:
-    """What :func:`overhead_rows` assumes, and the monthly costs that are not per run."""
-    p = PRICES
-    return (
-        f"  INIT, logs, X-Ray and secrets: {COLD_START_SHARE:.0%} of invocations start cold (INIT "
-        f"{', '.join(f'{k[:-8].lower()} {v:g} s' for k, v in INIT_SECONDS.items())}), {LOG_BYTES_PER_INVOCATION:,} B "
-        f"of logs per invocation, {TRACES_PER_RUN} traces per run; not per run: each secret "
-        f"${p['secret_per_month']:.2f}/month (the generated approval key, plus any you pass), log storage "
-        f"${p['cw_logs_storage_gb_month']}/GB-month (LogRetentionDays)"
-    )
-
-
 S3_PUT_CLASS = {"PutObject", "CopyObject", "PostObject", "ListObjectsV2", "ListObjects", "CompleteMultipartUpload"}
-
-
-def price_banner() -> str:
-    """The prices used, with their date, as printed by the cost scripts."""
-    p = PRICES
-    return (
-        f"AWS list prices (us-east-1) as of {PRICE_DATE} -- list prices to check against the live pricing pages:\n"
-        f"  S3 PUT/COPY/POST/LIST ${p['s3_put_per_1k']}/1k, S3 GET ${p['s3_get_per_1k']}/1k; "
-        f"DynamoDB on-demand write ${p['ddb_wru_per_m']}/million WRU (1 KB), "
-        f"read ${p['ddb_rru_per_m']}/million RRU (4 KB strongly consistent, half that eventually consistent);\n"
-        f"  Step Functions Standard ${p['sfn_transition_per_1k']}/1k transitions; "
-        f"Lambda arm64 ${p['lambda_gb_s_arm64']}/GB-s (INIT too, since 2025-08-01) + "
-        f"${p['lambda_request_per_m']}/million requests;\n"
-        f"  CloudWatch Logs ${p['cw_logs_ingest_per_gb']}/GB ingested; X-Ray ${p['xray_traces_per_m']}/million traces; "
-        f"Secrets Manager ${p['secrets_api_per_10k']}/10k calls + ${p['secret_per_month']}/secret-month"
-    )
 
 
 # --- statistics and output ------------------------------------------------------------------------
@@ -297,12 +219,7 @@ class RequestMeter:
         s3_get = sum(v["n"] for op, v in rows.items() if op in {"GetObject", "HeadObject"})
         wru = sum(v["wru"] for v in rows.values())
         rru = sum(v["rru"] for v in rows.values())
-        return {
-            "s3_put": s3_put * PRICES["s3_put_per_1k"] / 1000,
-            "s3_get": s3_get * PRICES["s3_get_per_1k"] / 1000,
-            "ddb_write": wru * PRICES["ddb_wru_per_m"] / 1e6,
-            "ddb_read": rru * PRICES["ddb_rru_per_m"] / 1e6,
-        }
+        return request_dollars(s3_put=s3_put, s3_get=s3_get, wru=wru, rru=rru)
 
     # --- hooks ---
 

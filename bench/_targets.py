@@ -100,6 +100,8 @@ TARGETS: tuple[Target, ...] = (
     Target("local.ttfc", "local path: added time to first chunk p50", f"≤ {LOCAL_ADDED_TTFC_MS:.0f} ms"),
     Target("local.chunk_latency.p50", "local path: added per-chunk latency p50",
            f"≤ {LOCAL_ADDED_CHUNK_P50_MS:.0f} ms"),
+    Target("waits.idle_cost", "a run waiting for an event, deployed: Lambda time, requests, transitions",
+           "0 while it waits (issue 21)"),
     Target("step.overhead.local", "durable overhead per step, local kit, HTTP model",
            f"≤ {STEP_OVERHEAD_LOCAL_MS:.0f} ms"),
     Target("step.overhead.local_inprocess", "durable overhead per step, local kit, in-process model",

@@ -49,7 +49,6 @@ from typing import Any
 import _deployed
 import httpx
 from _common import (
-    PRICES,
     REPO,
     RequestMeter,
     busy_ms,
@@ -76,11 +75,13 @@ from _targets import (
     WRITES_PER_FLUSH,
 )
 from _targets import report as report_target
+from durable_harness.telemetry.costs import lambda_compute, lambda_requests, sfn_dollars
 
 BASELINE = "ac6721e"
 """The tree before issue 10's chunk log: what the issue's "today" figures describe."""
 PRINCIPAL = "anonymous"  # AuthMode none
 EVENTBRIDGE_PER_M = 1.00
+COSTS_MODULE = "layers/harness/durable_harness/telemetry/costs.py"  # the prices, which a baseline tree may lack
 
 
 # --- measuring ----------------------------------------------------------------------------------------
@@ -173,8 +174,8 @@ def cost(metered: Metered) -> dict[str, Any]:
     seal_meter.requests = [r for r in requests if is_seal_request(r)]
     record_meter.requests = [r for r in requests if not is_log_request(r)]
     log_d, seal_d, record_d = _dollars(log_meter), _dollars(seal_meter), _dollars(record_meter)
-    compute_slice = memory["SliceFunction"] / 1024 * slice_s * PRICES["lambda_gb_s_arm64"]
-    compute_chat = memory["ChatFunction"] / 1024 * streamed * PRICES["lambda_gb_s_arm64"]
+    compute_slice = lambda_compute(memory["SliceFunction"], slice_s)
+    compute_chat = lambda_compute(memory["ChatFunction"], streamed)
     invocations = len(metered.invocations) + 1
     events = sum(1 for r in requests if r.op == "PutEvents")
     rows = {
@@ -183,10 +184,10 @@ def cost(metered: Metered) -> dict[str, Any]:
         "chunk log: DynamoDB reads (RRU)": log_d["ddb_read"],
         "chunk log: sealing into S3 (segment PUT + index update)": sum(seal_d.values()),
         "run records (checkpoints): DynamoDB and S3": sum(record_d.values()),
-        "Step Functions transitions": transitions * PRICES["sfn_transition_per_1k"] / 1000,
+        "Step Functions transitions": sfn_dollars(transitions),
         "Lambda slice function (GB-s)": compute_slice,
         "Lambda chat function while it streams (GB-s)": compute_chat,
-        "Lambda requests": invocations * PRICES["lambda_request_per_m"] / 1e6,
+        "Lambda requests": lambda_requests(invocations),
         f"EventBridge PutEvents (${EVENTBRIDGE_PER_M:.2f}/million)": events * EVENTBRIDGE_PER_M / 1e6,
     }
     counts = Counter(name for name, _ in metered.invocations)
@@ -298,6 +299,10 @@ def baseline_tree(rev: str) -> Iterator[Path]:
         for name in ("deployed_wiring.py", "_deployed.py", "_common.py", "_targets.py", "relay_latency.py",
                      "_stages.py"):  # fmt: skip
             shutil.copy(REPO / "bench" / name, Path(tmp) / "bench" / name)
+        costs = Path(tmp) / COSTS_MODULE
+        if not costs.exists():  # a tree from before the library kept the prices: the helpers need them
+            costs.parent.mkdir(exist_ok=True)  # (a namespace package in a tree without telemetry/)
+            shutil.copy(REPO / COSTS_MODULE, costs)
         yield Path(tmp)
 
 

@@ -51,11 +51,17 @@ from durable_harness.runner.state import RunState
 from durable_harness.server.service import ChatService, ServiceConfig
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 from durable_harness.storage.writer import ChunkWriter
+from durable_harness.telemetry.costs import (
+    SFN_FIXED,
+    SFN_PER_SLICE,
+    lambda_compute,
+    lambda_requests,
+    sfn_dollars,
+    sfn_transitions,
+)
 
 TARGET_RUN_DOLLARS = 0.002
 LAMBDA_MB = 1024  # MemorySize of the slice and chat functions in template.yaml
-SFN_FIXED = 3  # Init, Defaults and the terminal state (Finished) of the run's execution
-SFN_PER_SLICE = 2  # RunSlice + Route
 EVENTBRIDGE_PER_M = 1.00  # custom events (PutEvents), per million: not in the brief's price list
 
 
@@ -253,12 +259,11 @@ def main() -> None:
     # --- dollars ---
     req = dollars_of([slice_, chat])
     slices = max(1, final.slices)
-    transitions = SFN_FIXED + SFN_PER_SLICE * slices
-    sfn = transitions * PRICES["sfn_transition_per_1k"] / 1000
-    gb = LAMBDA_MB / 1024
-    slice_compute = gb * slice_s * PRICES["lambda_gb_s_arm64"]
-    chat_compute = gb * stream_s * PRICES["lambda_gb_s_arm64"]
-    invocations = (slices + 1) * PRICES["lambda_request_per_m"] / 1e6
+    transitions = sfn_transitions(slices)
+    sfn = sfn_dollars(transitions)
+    slice_compute = lambda_compute(LAMBDA_MB, slice_s)
+    chat_compute = lambda_compute(LAMBDA_MB, stream_s)
+    invocations = lambda_requests(slices + 1)
     events = 2 * EVENTBRIDGE_PER_M / 1e6  # Run Started, Run Finished
     rows = [
         ["S3 PUT/LIST", req["s3_put"]],

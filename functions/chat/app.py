@@ -22,6 +22,7 @@ from durable_harness.server.app import ChatApp
 from durable_harness.server.auth import authenticator_from_env
 from durable_harness.server.service import ServiceConfig
 from durable_harness.server.static import web_page_dir
+from durable_harness.telemetry.costs import DeployedFunctions
 
 deny_proc_reads()  # the programs and subprocesses we start cannot read our environment or memory
 
@@ -59,14 +60,21 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
     # with one Query when the writer's next flush is due, or every 50 ms until it knows, backing
     # off to 1 s while the run is quiet.
     window = float(env.get("STREAM_WINDOW_SECONDS", "840"))
+    inlined = env.get("INLINE_FIRST_SLICE", "1") != "0" and runtime.handover is not None
+    # What the run API prices a run's cost with: this function's memory (Lambda sets it), the slice
+    # function's is template.yaml's.
+    functions = DeployedFunctions(
+        chat_mb=int(env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")), flush_seconds=flush, inline_first_slice=inlined
+    )
     config = ServiceConfig(
         stream_window_seconds=window,
         poll_seconds=float(env.get("STREAM_POLL_SECONDS", "0.05")),
         idle_poll_seconds=1.0,
+        cost=functions,
     )
     events = runtime.events
     inline = None
-    if env.get("INLINE_FIRST_SLICE", "1") != "0" and runtime.handover is not None:
+    if inlined:
         # The slice must end before the response window does (a step may overrun the budget: the
         # same minute the slice function keeps back before its timeout).
         budget = max(0.0, min(float(env.get("SLICE_SECONDS", "600")), window - 60.0))
@@ -85,6 +93,7 @@ def build_app(env: Mapping[str, str] = os.environ) -> ChatApp:
         service,
         authenticator=authenticator_from_env(env, default_mode="token"),
         static_dir=web_page_dir(env),  # the chat page at `/`, when built into the layer and enabled
+        wake=runtime.waker.wake if runtime.waker is not None else None,  # a parked run's execution
     )
 
 

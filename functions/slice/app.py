@@ -3,7 +3,9 @@
 Event: ``{"runId": ..., "generation": ..., "execution": ..., "attempt": ...}`` (only ``runId`` is
 needed). The slice loads the run's checkpoint, runs the agent until its budget is spent at a step
 boundary (or the turn pauses or ends), and returns the small result the state machine routes on:
-``{"runId", "status", "slices"}``.
+``{"runId", "status", "slices", "wait"}`` (``wait``: what a run ``awaiting_event`` parks on, see
+:mod:`durable_harness.aws.waits`; else null). A slice of a parked run that is not due returns at
+once; one whose awaited event came before it parked goes on at once.
 
 Errors, as the state machine sees them:
 
@@ -32,6 +34,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from durable_harness.aws.events import announce_slice
 from durable_harness.aws.runtime import AwsRuntime, build_runtime
 from durable_harness.aws.tracing import capture_lambda_handler
+from durable_harness.aws.waits import StepFunctionsWaker, wait_of
 from durable_harness.cli import agent_spec, load_agent
 from durable_harness.errors import FencedError, RetryableError
 from durable_harness.hardening import deny_proc_reads
@@ -71,32 +74,40 @@ def slice_budget(context: LambdaContext | None) -> float:
     return max(0.0, budget)
 
 
-async def _run_slice(runner: Runner, run_id: str, budget: float) -> tuple[str, RunState]:
+async def _run_slice(
+    runner: Runner, run_id: str, budget: float, waker: StepFunctionsWaker | None
+) -> tuple[str, RunState]:
     before = (await asyncio.to_thread(runner.load, run_id)).status
-    return before, await runner.run_slice(run_id, budget_seconds=budget)
+    if before == "awaiting_event" and waker is not None:
+        await asyncio.to_thread(waker.clear, run_id)  # before the events are looked at (see aws.waits)
+    state = await runner.run_slice(run_id, budget_seconds=budget)
+    while state.status == "awaiting_event" and await asyncio.to_thread(runner.due, state):
+        state = await runner.run_slice(run_id, budget_seconds=budget)  # an event came as it parked
+    return before, state
 
 
 @logger.inject_lambda_context(clear_state=True)
 @capture_lambda_handler  # X-Ray only when tracing is on: the SDK costs 150-250 ms of cold start
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Run one slice of ``event["runId"]``; returns ``{"runId", "status", "slices"}``."""
+    """Run one slice of ``event["runId"]``; returns ``{"runId", "status", "slices", "wait"}``."""
     run_id = str(event["runId"])
     logger.append_keys(run_id=run_id, generation=event.get("generation"), attempt=event.get("attempt"))
     runtime, runner = _runtime()
     metrics.add_metric(name="Slices", unit=MetricUnit.Count, value=1)
     try:
-        before, state = asyncio.run(_run_slice(runner, run_id, slice_budget(context)))
+        before, state = asyncio.run(_run_slice(runner, run_id, slice_budget(context), runtime.waker))
     except FencedError as exc:
         logger.info("slice fenced off by a newer writer; stopping", extra={"reason": str(exc)})
-        return {"runId": run_id, "status": "fenced", "slices": 0}
+        return {"runId": run_id, "status": "fenced", "slices": 0, "wait": None}
     except RetryableError as exc:
         logger.warning("slice failed with a retryable error", extra={"reason": str(exc)})
         metrics.add_metric(name="SliceRetries", unit=MetricUnit.Count, value=1)
         raise RetryableSliceError(str(exc)) from exc
     logger.info("slice done", extra={"before": before, "status": state.status, "slices": state.slices})
     announce_slice(runtime.events, before, state, runner.result)  # best effort
-    return {"runId": run_id, "status": state.status, "slices": state.slices}
+    wait = wait_of(state, started=event.get("started"))
+    return {"runId": run_id, "status": state.status, "slices": state.slices, "wait": wait}
 
 
 # Loading made a few hundred thousand objects that live as long as the container; the collector's

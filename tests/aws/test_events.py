@@ -185,4 +185,4 @@ def test_start_run_events_are_parsed_and_validated() -> None:
             parse_start_run_event(start_event(**bad))
     with pytest.raises(InvalidRequestError):
         parse_start_run_event({**start_event(), "source": "someone.else"})
-    assert start_run_pattern() == {"source": [START_RUN_SOURCE], "detail-type": [START_RUN_DETAIL_TYPE]}
+    assert start_run_pattern() == {"source": [START_RUN_SOURCE], "detail-type": [START_RUN_DETAIL_TYPE, "Run Event"]}

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from durable_harness import Agent, CallOptions, tool
+from durable_harness import Agent, CallOptions, ToolContext, tool
 from durable_harness.errors import StorageError
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
@@ -62,6 +62,8 @@ class Control:
     """``on_abort`` calls, with the numbers of the steps that had finished."""
     call_options: list[Any] = field(default_factory=list)
     """What ``prepare_call`` got as call options, run after run."""
+    hooks: list[str] | None = None
+    """When a list: ``await_build`` hands out a signed event URL (``ctx.event_url``) and puts it here."""
 
 
 CONTROL = Control()
@@ -202,3 +204,46 @@ def build_agent() -> Agent:
         call_options=Options, prepare_call=_prepare_call,
         on_abort=lambda steps: CONTROL.aborted.append([s.number for s in steps]),
     )  # fmt: skip
+
+
+class Build(BaseModel):
+    """Input of the waiting tools."""
+
+    repo: str
+
+
+@tool
+async def await_build(input: Build, ctx: ToolContext) -> dict[str, Any]:
+    """Start a build (a recorded step) and wait for its ``build-done`` event."""
+
+    hook = ctx.event_url("build-done", timeout_seconds=3600) if CONTROL.hooks is not None else None
+
+    def start() -> dict[str, str]:
+        CONTROL.executions[f"start:{input.repo}"] += 1
+        if CONTROL.hooks is not None and hook is not None:
+            CONTROL.hooks.append(hook)  # what the build system would be told
+        return {"id": "b-1"}
+
+    build = await ctx.step("start", start)
+    event = await ctx.wait_for_event("build-done", timeout_seconds=3600)
+    return {"build": build["id"], "status": event["status"]}
+
+
+@tool
+async def nap(input: Build, ctx: ToolContext) -> dict[str, Any]:
+    """A recorded step, then a durable sleep of one second."""
+    await ctx.step("before", lambda: CONTROL.executions.update([f"nap:{input.repo}"]))
+    await ctx.sleep(1)
+    return {"slept": input.repo}
+
+
+def _wait_script(request: ModelRequest, index: int) -> list[ModelStreamPart]:
+    if index > 0:
+        return text_step("The build is done.")
+    name = "nap" if "nap" in str(request.messages[-1]) else "await_build"
+    return tool_calls_step(("w1", name, {"repo": "acme"}))
+
+
+def build_wait_agent() -> Agent:
+    """An agent whose first step calls a tool that waits (an event, or a sleep when asked to nap)."""
+    return Agent(model=FunctionModel(_wait_script, model_id="deploy-test"), tools=[await_build, nap])

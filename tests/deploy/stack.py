@@ -53,9 +53,11 @@ moto 5.2.5 gaps repaired or worked around here (see also tests/deploy/README in 
 from __future__ import annotations
 
 import contextvars
+import datetime
 import fnmatch
 import importlib.util
 import json
+import math
 import os
 import re
 import threading
@@ -77,6 +79,7 @@ from moto import mock_aws
 from moto.awslambda.exceptions import LambdaClientError
 from moto.awslambda.models import LambdaFunction
 from moto.secretsmanager.models import secretsmanager_backends
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_aws_sdk,
@@ -84,6 +87,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_lambda,
     state_task_service_sfn,
 )
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp import Timestamp
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
@@ -201,6 +205,41 @@ def repair_errors_after_stop() -> Any:
         original(self, error)
 
     return mock.patch.object(Environment, "set_error", set_error)
+
+
+def repair_stop_during_callback() -> Any:
+    """Patch moto so that a stop ends a callback wait (``.waitForTaskToken``) at once, as on AWS.
+
+    moto's interpreter notices a stop only between states: a task that waits for its token (a
+    parked run's ``AwaitEvent``, whose timeout is the wait's deadline) would go on waiting until
+    its timeout. On AWS, StopExecution ends the waiting task immediately.
+    """
+    original = Environment.set_stop
+
+    def set_stop(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        for endpoint in list(self.callback_pool_manager._pool.values()):
+            endpoint.interrupt_all()
+
+    return mock.patch.object(Environment, "set_stop", set_stop)
+
+
+def repair_wait_until_timestamp() -> Any:
+    """Patch moto so that a ``Wait`` state with a timestamp ends at that time or after, as on AWS.
+
+    moto waits ``int(seconds to the timestamp)``: up to a second early. A parked run's ``Sleep``
+    would then wake before its sleep ended and park again (a second slice to wake it).
+    """
+
+    def wait_seconds(self: Any, env: Any) -> int:
+        self.string.eval(env=env)
+        text = env.stack.pop()
+        timestamp = self._from_timestamp_string(timestamp=text)
+        if timestamp is None:
+            raise FailureEventException(self._create_failure_event(env, text))
+        return max(0, math.ceil((timestamp - datetime.datetime.now()).total_seconds()))
+
+    return mock.patch.object(Timestamp, "_get_wait_seconds", wait_seconds)
 
 
 def attribute_sdk_tasks() -> Any:
@@ -334,6 +373,8 @@ class MotoStack:
             repair_lambda_unknown(),
             attribute_sdk_tasks(),
             repair_errors_after_stop(),
+            repair_stop_during_callback(),
+            repair_wait_until_timestamp(),
             repair_early_callbacks(),
             self.lambda_targets.patched(),
         ):
@@ -439,6 +480,10 @@ class MotoStack:
             name = self._physical(logical_id)
             r.physical[logical_id] = name
             r.attributes[(logical_id, "Arn")] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+        # SAM's Function URL of the chat function (the slice function's PUBLIC_URL); moto serves none.
+        r.attributes[("ChatFunctionUrl", "FunctionUrl")] = (
+            f"https://{self._physical('ChatFunction').lower()}.lambda-url.{REGION}.on.aws/"
+        )
         for logical_id in serverless:
             props = r.resolve(function_properties(self.template, logical_id))
             fn = DeployedFunction(

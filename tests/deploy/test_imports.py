@@ -42,6 +42,7 @@ def function_env(logical_id: str) -> dict[str, str]:
     """The function's environment as the template sets it (dummy resource names, no AWS reached)."""
     resolver = Resolver(TEMPLATE, {"AuthTokenHashes": "t:" + hashlib.sha256(b"t").hexdigest()})
     resolver.physical |= {"RunsTable": "runs", "ChunkBucket": "chunks", "ApprovalSecret": "secret"}
+    resolver.attributes[("ChatFunctionUrl", "FunctionUrl")] = "https://chat.lambda-url.us-east-1.on.aws/"
     props = function_properties(TEMPLATE, logical_id)
     variables = resolver.resolve(props.get("Environment", {}).get("Variables", {}))
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}

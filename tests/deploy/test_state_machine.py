@@ -175,7 +175,7 @@ async def test_a_cancelled_run_stops_and_its_log_ends_with_finish(stack: MotoSta
     gate.set()  # the slice in flight goes on, and finds itself fenced off
     [in_flight] = [s for s in stack.calls_of("SliceFunction", run_id) if s.event["attempt"] == 0][1:2]
     wait_until(lambda: in_flight.done, what="the slice in flight to end")
-    assert in_flight.result == {"runId": run_id, "status": "fenced", "slices": 0}
+    assert in_flight.result == {"runId": run_id, "status": "fenced", "slices": 0, "wait": None}
     [execution] = stack.wait_for_executions(run_id)
     assert execution["status"] == "ABORTED"
     assert len(stack.calls_of("SliceFunction", run_id)) == 2  # nothing ran after the cancel

@@ -33,6 +33,7 @@ def resolved(overrides: dict[str, str] | None = None) -> Resolver:
     for logical_id in RESOURCES:
         r.physical[logical_id] = f"phys-{logical_id}"
         r.attributes[(logical_id, "Arn")] = f"arn:aws:test:::{logical_id}"
+    r.attributes[("ChatFunctionUrl", "FunctionUrl")] = "https://chat.lambda-url.us-east-1.on.aws/"  # SAM makes it
     return r
 
 
@@ -251,7 +252,7 @@ def test_the_slice_task_retries_the_slice_functions_retryable_error_and_catches_
     assert all(retry["MaxAttempts"] <= 6 and retry["BackoffRate"] >= 2 for retry in others)  # bounded
     _assert_retries_a_throttle_for_minutes(throttle)
     assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Finalize"}]
-    assert set(task["ResultSelector"]) == {"status.$", "slices.$"}  # only the small result travels
+    assert set(task["ResultSelector"]) == {"status.$", "slices.$", "wait.$"}  # only the small result travels
 
 
 def test_a_chat_run_first_waits_for_the_chat_functions_slice_and_falls_back_to_the_slice_function() -> None:
@@ -277,7 +278,7 @@ def test_a_chat_run_first_waits_for_the_chat_functions_slice_and_falls_back_to_t
     assert task["TimeoutSeconds"] >= RESOURCES["ChatFunction"]["Properties"]["Timeout"]
 
 
-def test_only_the_chat_function_answers_callbacks_and_only_the_state_machine_records_their_tokens() -> None:
+def test_only_the_chat_and_trigger_functions_answer_callbacks_and_only_the_state_machine_records_tokens() -> None:
     callbacks = {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
 
     def statements(props: dict[str, Any]) -> list[dict[str, Any]]:
@@ -289,7 +290,10 @@ def test_only_the_chat_function_answers_callbacks_and_only_the_state_machine_rec
             actions = set(_as_list(statement["Action"]))
             if actions & callbacks or any(a in ("states:*", "*") for a in actions):
                 granted[name] = statement
-    assert list(granted) == ["ChatFunction"]
+    assert list(granted) == ["ChatFunction", "TriggerFunction"]
+    # The trigger function only wakes a parked run for a "Run Event" (AwaitEvent's token).
+    assert _as_list(granted["TriggerFunction"]["Action"]) == ["states:SendTaskSuccess"]
+    assert granted["TriggerFunction"]["Resource"] == "*"
     statement = granted["ChatFunction"]
     # Exactly the three callbacks, nothing else in the statement. They take no resource ARN in IAM
     # (no resource type in the Service Authorization Reference): the token is the capability.

@@ -424,6 +424,10 @@ def expected(target: Target, req: Request) -> set[int]:
         return {200} if method == "GET" else {405}
     if is_page(target, req):
         return {200, 304, 400, 404} if method in ("GET", "HEAD") else {405}
+    if len(segments) == 3 and segments[:2] == ["hooks", "events"]:  # a signed event URL: the token is the key
+        if method != "POST":
+            return {405}
+        return {413} if len(body.data) > MAX_BODY else {401}  # no fuzzed token is signed
     if segments[:1] != ["api"]:
         return {404}
     principal = AUTH[req.auth][0] if target.mode == "token" else "anonymous"
@@ -467,7 +471,9 @@ def expected(target: Target, req: Request) -> set[int]:
             return {405}
         # every sampled run ended, or is paused for approval (the first cancel abandons it: 200)
         return {"malformed": {400}, "absent": {404}}.get(run(segments[2]), {200, 409})
-    if len(segments) == 4 and segments[:2] == ["api", "runs"] and segments[3] == "approvals":
+    answers = len(segments) == 4 and segments[3] == "approvals"
+    events = len(segments) == 5 and segments[3] == "events"
+    if segments[:2] == ["api", "runs"] and (answers or events):
         if method != "POST":
             return {405}
         kind = run(segments[2])
@@ -475,6 +481,8 @@ def expected(target: Target, req: Request) -> set[int]:
             return {400}
         if len(body.data) > MAX_BODY:
             return {413}
+        if events:  # every sampled run ended or is paused for approval: no event is taken (or a bad name/payload)
+            return {"absent": {404}}.get(kind, {400, 409, 413})
         if not parses():
             return {400}
         return {"absent": {404}, "finished": {409}}.get(kind, {202, 400, 409})
@@ -484,9 +492,10 @@ def expected(target: Target, req: Request) -> set[int]:
 ERROR_CODES = {
     400: {"bad_request", "invalid_json", "invalid_messages", "system_message_not_allowed", "unknown_approval",
           "invalid_start_index", "invalid_run_id", "invalid_chat_id", "missing_approval", "invalid_path",
-          "invalid_query", "invalid_status", "invalid_limit", "invalid_cursor"},
-    401: {"unauthorized"}, 404: {"not_found", "run_not_found"}, 405: {"method_not_allowed"},
-    409: {"run_ended", "not_paused", "already_answered", "conflict", "run_in_progress"}, 413: {"body_too_large"},
+          "invalid_query", "invalid_status", "invalid_limit", "invalid_cursor", "invalid_event_name"},
+    401: {"unauthorized", "invalid_token"}, 404: {"not_found", "run_not_found"}, 405: {"method_not_allowed"},
+    409: {"run_ended", "not_paused", "already_answered", "conflict", "run_in_progress", "duplicate_event"},
+    413: {"body_too_large", "payload_too_large"},
 }  # fmt: skip
 
 

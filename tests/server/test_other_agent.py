@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from durable_harness.server.local import build_local_kit
 from durable_harness.storage.files import FileChunkLog
 from durable_harness.storage.sqlite import SqliteCheckpointStore
 
+from tests.harness.serving import free_port, wait_until
 from tests.harness.support import answered
 from tests.support import parse_sse_body, serve, user_message
 
@@ -41,25 +40,11 @@ PYDANTIC_AGENT = "examples.pydantic_ai.agent:agent"
 WAIT = 60.0  # generous bound of every wait on an observed condition (a loaded 2-core machine)
 
 
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """Poll ``condition`` until it returns something truthy (that value), or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 class Server:
     """``durable-harness serve`` in a process of its own, its log lines collected as they come."""
 
     def __init__(self, agent: str, data: Path, env: dict[str, str]) -> None:
-        with socket.socket() as probe:  # a free port (the CLI needs one it can print)
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()  # the CLI needs one it can print
         self.url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "durable_harness", "serve", "--agent", agent, "--data-dir", str(data),
                    "--port", str(port), "--log-level", "info"]  # fmt: skip
@@ -68,7 +53,7 @@ class Server:
         )
         self.lines: list[str] = []
         threading.Thread(target=self._collect, daemon=True).start()
-        wait_for(self._healthy, f"the server of {agent} to answer /health")
+        wait_until(self._healthy, f"the server of {agent} to answer /health", WAIT)
 
     def _collect(self) -> None:
         assert self.process.stdout is not None
@@ -133,15 +118,15 @@ def test_a_server_of_another_agent_leaves_a_killed_servers_run_to_that_agent(
     with httpx.stream("POST", f"{first.url}/api/chat", timeout=WAIT,
                       content=json.dumps({"messages": [user_message("Do the three-part task.")]})) as post:  # fmt: skip
         run_id = post.headers["x-workflow-run-id"]
-        wait_for((gates / "at-tool-2").exists, "the run to reach its second tool call")
+        wait_until((gates / "at-tool-2").exists, "the run to reach its second tool call", WAIT)
         first.kill()
 
     other = Server(PYDANTIC_AGENT, data, env)
     servers.append(other)
     # Its start-up recovery looked at the run (and, were it to drive it, the run would end at once:
     # another harness cannot open this turn's state).
-    wait_for(lambda: other.logged(f"run {run_id} is the agent") or other.status(run_id)["status"] == "failed",
-             "the other agent's server to look at the run")  # fmt: skip
+    wait_until(lambda: other.logged(f"run {run_id} is the agent") or other.status(run_id)["status"] == "failed",
+               "the other agent's server to look at the run", WAIT)  # fmt: skip
     status = other.status(run_id)
     assert status["status"] == "ready_for_next_step" and "error" not in status, status
     assert status["agent"] == RESTART_AGENT

@@ -14,9 +14,11 @@ import httpx
 import pytest
 from durable_harness import ApprovalSecret
 from durable_harness.demo import build_demo_agent
+from durable_harness.errors import InvalidRequestError
 from durable_harness.server.auth import TokenAuth
 from durable_harness.server.local import LocalKit, build_local_kit
-from durable_harness.server.runlist import STATUS_GROUPS, STATUSES, encode_cursor
+from durable_harness.server.runlist import STATUS_GROUPS, STATUSES, ListQuery, encode_cursor, list_runs
+from durable_harness.storage.memory import MemoryCheckpointStore
 
 from tests.support import parse_sse_body, serve, user_message
 
@@ -112,6 +114,14 @@ def test_the_list_needs_credentials_and_is_in_the_openapi_document(url: str) -> 
     document = httpx.get(f"{url}/openapi.json").json()
     names = [p["name"] for p in document["paths"]["/api/runs"]["get"]["parameters"]]
     assert names == ["status", "chat", "limit", "cursor"]
+    assert "501" in document["paths"]["/api/runs"]["get"]["responses"]
+
+
+async def test_a_store_that_cannot_list_runs_is_a_501_that_names_the_stores_that_can() -> None:
+    with pytest.raises(InvalidRequestError) as raised:
+        await list_runs(MemoryCheckpointStore(), "alice", ListQuery())
+    assert (raised.value.status, raised.value.code) == (501, "not_supported")
+    assert "SQLite" in str(raised.value) and "DynamoDB" in str(raised.value)
 
 
 def test_a_runs_status_says_when_its_slices_began_and_its_timed_chunks_were_written(url: str) -> None:
@@ -125,3 +135,12 @@ def test_a_runs_status_says_when_its_slices_began_and_its_timed_chunks_were_writ
     assert [index for index, _ in status["chunkTimes"]] == [i for i, c in enumerate(chunks) if c["type"] in timed]
     times = [at for _, at in status["chunkTimes"]]
     assert times == sorted(times) and began <= times[0]
+
+
+def test_a_runs_status_has_no_cost_estimate_locally(url: str) -> None:
+    # The local kit has no AWS bill: GET /api/runs/{id} leaves `cost` out (the inspector says why).
+    run_id = chat(url, "Hello", ALICE, "chat-local-cost")
+    status = httpx.get(f"{url}/api/runs/{run_id}", headers={"authorization": f"Bearer {ALICE}"}, timeout=10)
+    assert status.status_code == 200
+    assert status.json()["status"] == "finished" and status.json()["slices"] >= 1
+    assert "cost" not in status.json()

@@ -12,6 +12,7 @@ from .agent.output import Output
 from .agent.results import TurnResult
 from .agent.tools import Tool, ToolContext, tool
 from .approvals import ApprovalSecret
+from .waits import WaitTimeout
 
 Agent = ToolLoopAgent
 """The agent class (an alias of :class:`ToolLoopAgent`)."""
@@ -30,6 +31,7 @@ __all__ = [
     "ToolContext",
     "ToolLoopAgent",
     "TurnResult",
+    "WaitTimeout",
     "has_tool_call",
     "step_count_is",
     "tool",

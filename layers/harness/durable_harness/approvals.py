@@ -135,7 +135,7 @@ class ApprovalSecret:
         """The secret, or None when none is configured (approvals are then unsigned)."""
         if self._loader is not None:
             return self._loader()
-        secret_id = self.secret_id or (os.environ.get(DEFAULT_SECRET_ARN_ENV) if self.env_var else None)
+        secret_id = self._secret_id()
         if secret_id:
             return read_secret(secret_id, max_age=self.max_age)
         if self.env_var:

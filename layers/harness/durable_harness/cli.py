@@ -108,6 +108,7 @@ def _serve(args: argparse.Namespace) -> None:
     except HarnessError as exc:  # too short, or its Secrets Manager secret cannot be read
         raise SystemExit(str(exc)) from None
     url = f"http://{args.host}:{args.port}"
+    kit.runner.public_url = kit.runner.public_url or url  # the base of the event URLs tools hand out
     print(f"durable-harness: chat app on {url}  (data in {args.data_dir}, agent {args.agent})", flush=True)
     question = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "What is the weather in Paris?"}]}
     print(f"  try: curl -N {url}/api/chat -d '{json.dumps({'messages': [question]})}'", flush=True)

@@ -6,6 +6,8 @@ import re
 import secrets
 
 _RUN_ID = re.compile(r"wrun_[0-9a-z]{26}")
+MAX_CHAT_ID = 200
+"""The longest chat id (and assistant message id) a client may send, in characters."""
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 
 

@@ -323,3 +323,22 @@ class RunLeases(Protocol):
         """Runs that may need a driver: every run that is neither terminal nor paused, and every run
         with a lease, each with its lease (``owner`` None when it has none) and its agent."""
         ...
+
+
+@runtime_checkable
+class RunTimers(Protocol):
+    """When parked runs are due (local mode only, decision D16): the local orchestrator's timer
+    table, kept next to the run records so that a restart finds them. Deployed, the state
+    machine's ``Wait`` states are the timers."""
+
+    def set_timer(self, run_id: str, due_at: float) -> None:
+        """Start the run at ``due_at`` (wall-clock seconds), replacing its earlier timer."""
+        ...
+
+    def clear_timer(self, run_id: str) -> None:
+        """Drop the run's timer, if any."""
+        ...
+
+    def list_timers(self) -> list[tuple[str, float]]:
+        """Every timer, ``(run_id, due_at)``, soonest first."""
+        ...

@@ -48,6 +48,8 @@ function readInspector(page) {
     live: document.getElementById('live') != null,
     canCancel: document.getElementById('cancel') != null,
     usage: document.getElementById('usage')?.textContent,
+    cost: document.getElementById('cost')?.textContent,
+    costParts: [...document.querySelectorAll('#cost .cost__parts li')].map((li) => li.textContent),
     timeline: [...document.querySelectorAll('#timeline > li')].map((li) => ({
       kind: li.dataset.kind,
       state: li.dataset.state,
@@ -125,7 +127,34 @@ test("a run's page: timeline, tool call, the replayed message, the chat's runs",
   assert.equal(shown.message, result.text);
   assert.deepEqual(shown.tools, ['output-available']);
   assert.ok(shown.chatRuns.every((text) => /wrun_/.test(text)), 'the two runs of chat-1 are linked');
+  assert.match(shown.cost, /only when deployed/, 'the local kit has no AWS bill, and the page says so');
   await screenshot(page, 'inspector-run.png', { fullPage: true });
+});
+
+test("a deployed run's page shows its cost estimate, its parts and the price date", { timeout: 60_000 }, async () => {
+  // No deployed stack is served to the browser tests: the run API's answer for this run gets the
+  // `cost` object the deployed chat function adds (tests/deploy/test_run_cost.py checks that one).
+  const { page } = browser;
+  const cost = {
+    usd: 0.000181948, priceDate: '2026-12-01',
+    parts: { lambda: 0.0000272668, stepFunctions: 0.000125, dynamodb: 0.00001325, s3: 0.000005, logsAndTracing: 0.0000114313 },
+    basis: { recorded: { slices: 1 }, estimated: { flushes: 10 }, notes: ['Model tokens are not priced.'] },
+  };
+  const route = `${server.base}/api/runs/${weather}`;
+  await page.route(route, async (request) => {
+    const response = await request.fetch();
+    await request.fulfill({ response, json: { ...(await response.json()), cost } });
+  });
+  try {
+    await page.goto(`${server.base}/runs?run=${encodeURIComponent(weather)}`);
+    const shown = await waitFor(page, (s) => s.status === 'finished' && s.costParts.length === 5, 'the cost estimate');
+    assert.match(shown.cost, /\$0\.000182 estimated at AWS list prices of 2026-12-01/);
+    assert.deepEqual(shown.costParts, ['Lambda $0.000027', 'Step Functions $0.000125', 'DynamoDB $0.000013', 'S3 $0.000005',
+      'logs, X-Ray, secrets $0.000011']);
+    assert.match(shown.cost, /model tokens are not priced/);
+  } finally {
+    await page.unroute(route);
+  }
 });
 
 test('an approval answered from the inspector starts the continuation, whose page opens', { timeout: 60_000 }, async () => {

@@ -321,6 +321,39 @@ export function recordingFetch({ cut, rewrite } = {}) {
   return { fetch: wrapped, requests };
 }
 
+/**
+ * A fetch that records every request and holds GETs while `hold()` is in force. `answered()`
+ * waits until no request is waiting for its response headers: a kill then cuts a stream (which
+ * the transport resumes) rather than a request (a refused GET fails the chat, §9.4).
+ */
+export function holdingFetch() {
+  const rec = recordingFetch();
+  let gate = Promise.resolve();
+  let open = () => {};
+  let waiting = 0;
+  return {
+    requests: rec.requests,
+    hold() { gate = new Promise((resolve) => { open = resolve; }); },
+    release() { open(); },
+    async answered(timeoutMs = 20000) {
+      const deadline = Date.now() + timeoutMs;
+      while (waiting > 0) {
+        if (Date.now() > deadline) throw new Error('timed out waiting for the response headers');
+        await sleep(5);
+      }
+    },
+    fetch: async (input, init = {}) => {
+      if ((init.method ?? 'GET').toUpperCase() === 'GET') await gate;
+      waiting++;
+      try {
+        return await rec.fetch(input, init);
+      } finally {
+        waiting--;
+      }
+    },
+  };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the real client
 // ---------------------------------------------------------------------------------------------

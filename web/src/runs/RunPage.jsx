@@ -55,6 +55,34 @@ function Usage({ usage }) {
   return <span className="usage">{usage.inputTokens ?? 0} in / {usage.outputTokens ?? 0} out tokens</span>;
 }
 
+const COST_PARTS = [['lambda', 'Lambda'], ['stepFunctions', 'Step Functions'], ['dynamodb', 'DynamoDB'], ['s3', 'S3'],
+  ['logsAndTracing', 'logs, X-Ray, secrets']];
+
+function usd(value) {
+  return `$${value.toFixed(value >= 0.01 ? 4 : 6)}`;
+}
+
+/** The run's AWS cost estimate (the run API has it only when deployed), with its parts and basis. */
+function Cost({ cost }) {
+  if (!cost) {
+    return <>not estimated<span className="hint"> (the estimate is made only when deployed: the local kit has no AWS bill)</span></>;
+  }
+  return (
+    <>
+      <span className="cost__total">{usd(cost.usd)}</span>
+      <span className="hint"> estimated at AWS list prices of {cost.priceDate}; model tokens are not priced</span>
+      <ul className="cost__parts">
+        {COST_PARTS.map(([key, label]) => <li key={key} data-part={key}>{label} {usd(cost.parts?.[key] ?? 0)}</li>)}
+      </ul>
+      <details className="cost__basis">
+        <summary>How it is estimated</summary>
+        <ul>{(cost.basis?.notes ?? []).map((note, i) => <li key={i}>{note}</li>)}</ul>
+        <pre>{json({ recorded: cost.basis?.recorded, estimated: cost.basis?.estimated })}</pre>
+      </details>
+    </>
+  );
+}
+
 function Entry({ entry, start }) {
   const offset = entry.at != null && start != null ? `+${formatDuration(Math.round((entry.at - start) * 1000))}` : '';
   const when = <span className="timeline__at" title={formatTime(entry.at)}>{offset}</span>;
@@ -196,8 +224,10 @@ export function RunPage({ runId }) {
         <dt>Usage</dt>
         <dd id="usage">
           {status.usage ? <Usage usage={status.usage} /> : 'not yet known'}
-          <span className="hint"> (the project has no model prices: the page counts tokens, not dollars)</span>
+          <span className="hint"> (model tokens are not priced: the kit has no model price table)</span>
         </dd>
+        <dt>Cost</dt>
+        <dd id="cost"><Cost cost={status.cost} /></dd>
         {status.continuedBy && <><dt>Continued by</dt><dd><a href={`./runs?run=${encodeURIComponent(status.continuedBy)}`}><code>{status.continuedBy}</code></a></dd></>}
       </dl>
       {status.chatId && <ChatRuns chatId={status.chatId} runId={runId} refresh={refresh} />}

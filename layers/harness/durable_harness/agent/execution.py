@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ToolError
@@ -28,6 +28,8 @@ from ..messages import (
 )
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolOutputErrorChunk, UIMessageChunk
+from ..waits import ParkTool, WaitSpec
+from .durable import DurableCall
 from .state import LoopTurnState, StepCall, StepOutcome
 from .tools import Tool, ToolContext
 
@@ -54,6 +56,15 @@ def result_part(outcome: StepOutcome) -> ToolResultPart:
     else:
         output = JsonOutput(value=outcome.output)
     return ToolResultPart(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name, output=output)
+
+
+@dataclass(frozen=True)
+class Parked:
+    """Tool calls of the step wait (an event or a sleep): the run parks once the others are done.
+
+    The results of the calls that finished were checkpointed (a :class:`Recorded` came first)."""
+
+    waits: tuple[WaitSpec, ...]
 
 
 @dataclass(frozen=True)
@@ -97,8 +108,9 @@ class ToolRunner:
             tool_context=self.tools_context.get(call.tool_name),
         )
 
-    async def execute(self, call: StepCall, context: ToolContext) -> StepOutcome:
-        """Run one call; any failure becomes an error outcome the model can read."""
+    async def execute(self, call: StepCall, context: ToolContext) -> StepOutcome | ParkTool:
+        """Run one call; any failure becomes an error outcome the model can read. A call that waits
+        (``ctx.wait_for_event``, ``ctx.sleep``) gives its :class:`~durable_harness.waits.ParkTool`."""
         outcome = StepOutcome(tool_call_id=call.tool_call_id, tool_name=call.tool_name)
         if call.invalid_error is not None:
             outcome.error = call.invalid_error
@@ -109,6 +121,8 @@ class ToolRunner:
         began = time.monotonic()
         try:
             outcome.output = await tool.run(tool.validate(call.input), context)
+        except ParkTool as park:  # no outcome: the call runs again (from its start) when the run resumes
+            return park
         except ToolError as exc:
             outcome.error = str(exc)
         except Exception as exc:  # a tool's failure is a result the model can react to
@@ -118,9 +132,10 @@ class ToolRunner:
             await _maybe_await(self.on_end(call, outcome))
         return outcome
 
-    async def run_step(self, state: LoopTurnState, runnable: list[StepCall]) -> AsyncIterator[Emit | Recorded]:
+    async def run_step(self, state: LoopTurnState, runnable: list[StepCall]) -> AsyncIterator[Emit | Recorded | Parked]:
         """Execute ``runnable`` calls not yet done; yields UI items, and :class:`Recorded` after each
-        batch of results (a checkpoint is due).
+        batch of results and whenever a tool's ``ctx.step`` records one (a checkpoint is due; the
+        tool goes on once it is written). Ends with :class:`Parked` when calls wait.
 
         Results are reported in the model's order (``state.reported`` counts them).
         """
@@ -128,29 +143,63 @@ class ToolRunner:
         todo = [c for c in runnable if c.tool_call_id not in done]
         limit = asyncio.Semaphore(self.concurrency) if self.concurrency else None
         messages = list(state.messages)
+        persisting: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
 
-        async def guarded(call: StepCall) -> StepOutcome:
-            context = self.context(call, state, messages)
+        async def persist() -> None:
+            written = asyncio.get_running_loop().create_future()
+            persisting.put_nowait(written)
+            await written
+
+        async def guarded(call: StepCall) -> StepOutcome | ParkTool:
+            tool = self.tools.get(call.tool_name)
+            durable = DurableCall(
+                call.tool_call_id, state.journals.setdefault(call.tool_call_id, {}), persist,
+                events=state._events, retries=tool.retries if tool is not None else 0,
+            )  # fmt: skip
+            context = replace(self.context(call, state, messages), durable=durable)
             if limit is None:
                 return await self.execute(call, context)
             async with limit:
                 return await self.execute(call, context)
 
         tasks = {asyncio.ensure_future(guarded(call)): call for call in todo}
+        parked: list[WaitSpec] = []
+        request: asyncio.Future[asyncio.Future[None]] | None = None
         try:
             while tasks:
-                finished, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for task in finished:
+                request = request or asyncio.ensure_future(persisting.get())
+                pending: set[asyncio.Future[Any]] = {*tasks, request}
+                finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if request in finished:  # a step's result: durable before its tool goes on
+                    waiting = [request.result()]
+                    while not persisting.empty():
+                        waiting.append(persisting.get_nowait())
+                    request = None
+                    yield Recorded(others_running=True)
+                    for written in waiting:
+                        if not written.done():
+                            written.set_result(None)
+                results = [task for task in finished if task in tasks]
+                for task in results:
                     tasks.pop(task)
-                    state.step_outcomes.append(task.result())
-                for item in self.report(state):
-                    yield item
-                yield Recorded(others_running=bool(tasks))
+                    result = task.result()
+                    if isinstance(result, ParkTool):
+                        parked.append(result.spec)
+                    else:
+                        state.step_outcomes.append(result)
+                if results:
+                    for item in self.report(state):
+                        yield item
+                    yield Recorded(others_running=bool(tasks) or bool(parked))
         finally:
             for task in tasks:
                 task.cancel()
+            if request is not None:
+                request.cancel()
         for item in self.report(state):
             yield item
+        if parked:
+            yield Parked(tuple(parked))
 
     def report(self, state: LoopTurnState) -> list[Emit]:
         """Result events for the next calls, in order, whose outcomes are known; advances ``reported``."""

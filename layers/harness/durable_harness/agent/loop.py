@@ -51,7 +51,7 @@ from .calls import (
 )
 from .continuation import continuation_messages
 from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, Usage, step_count_is
-from .execution import Recorded, ToolRunner, answered_approvals, refuse_provider_approvals, result_part
+from .execution import Parked, Recorded, ToolRunner, answered_approvals, refuse_provider_approvals, result_part
 from .modelcall import StepResult, stream_model_step
 from .options import Preparation, validate_call_options
 from .output import Output, as_output
@@ -184,10 +184,12 @@ class ToolLoopAgent:
     def open(self, request: hi.TurnRequest) -> hi.HarnessTurn:
         """Open the turn for one slice: a new turn, the next slice of one, or a continuation."""
         if isinstance(request, hi.StartTurn):
-            return hi.GeneratorTurn(self._start(request.messages, request.call_options, frozenset()))
+            turn = self._start(request.messages, request.call_options, frozenset(), request.events)
+            return hi.GeneratorTurn(turn)
         continuation = request.continuation
         if continuation is None:
             state = LoopTurnState.model_validate(request.state)
+            state._events = request.events
             return hi.GeneratorTurn(self._guard(state, replay=request.replay_step, fresh=False))
         paused = LoopTurnState.model_validate(request.state)
         if continuation.messages is not None:  # the chat client's history, with its answers
@@ -196,16 +198,22 @@ class ToolLoopAgent:
             messages = continuation_messages(request.state, continuation.approvals)
         verified = frozenset(a.approval_id for a in continuation.approvals)
         options = request.call_options if request.call_options is not None else paused.call_options
-        return hi.GeneratorTurn(self._start(messages, options, verified))
+        return hi.GeneratorTurn(self._start(messages, options, verified, request.events))
 
     def _start(
-        self, messages: list[ModelMessage], call_options: dict[str, Any] | None, verified: frozenset[str]
+        self,
+        messages: list[ModelMessage],
+        call_options: dict[str, Any] | None,
+        verified: frozenset[str],
+        events: hi.RunEvents | None = None,
     ) -> AsyncGenerator[hi.HarnessEvent, None]:
         """A turn on the conversation ``messages`` with the run's validated ``call_options``;
-        ``verified``: the approval ids whose answers (in the last tool message) may execute."""
+        ``verified``: the approval ids whose answers (in the last tool message) may execute;
+        ``events``: the run's external events (None: its tools cannot wait)."""
         if not self.allow_system_in_messages and any(isinstance(m, SystemMessage) for m in messages):
             raise AgentConfigError("system messages are not allowed in the messages (use instructions)")
         state = LoopTurnState(messages=list(messages), call_options=call_options, runtime_context=self.runtime_context)
+        state._events = events
         return self._guard(state, replay=False, fresh=True, verified=verified)
 
     async def on_cancel(self, notice: hi.CancelNotice) -> None:
@@ -295,6 +303,8 @@ class ToolLoopAgent:
             if state.phase == "tools":
                 async for event in self._tools_phase(state):
                     yield event
+                    if isinstance(event, hi.Wait):
+                        return  # parked: the turn resumes from the last checkpoint
             ends = state.take_turn_ends()
             if ends if ends is not None else self._turn_ends(state):
                 break
@@ -375,8 +385,12 @@ class ToolLoopAgent:
             if isinstance(item, Recorded):
                 # With no other tool running, the step's end follows with no side effect in between
                 # and its checkpoint carries these results: no checkpoint (nor its fence read) here.
+                # (Parked calls count as running: their waits are in this checkpoint.)
                 if item.others_running:
                     yield hi.Checkpoint(dump_state(state))
+            elif isinstance(item, Parked):
+                yield hi.Wait(item.waits)  # after the Recorded checkpoint that holds the waits
+                return
             else:
                 yield item
         waiting = set(state.pending_approvals) | set(state.client_calls)
@@ -428,6 +442,7 @@ class ToolLoopAgent:
         state.phase, state.approval_step = "model", False
         if not (state.pending_approvals or state.client_calls):
             state.step_calls, state.step_outcomes, state.reported = [], [], 0
+        state.journals = {}
         yield hp.FinishStepPart(
             finish_reason=hp.FinishReason(unified=state.step_finish_reason),  # type: ignore[arg-type]
             usage=usage_of(state.step_usage),

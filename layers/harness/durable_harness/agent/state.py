@@ -90,12 +90,17 @@ class LoopTurnState(BaseModel):
     total_usage: tuple[int, int] = (0, 0)
     steps: list[StepSummary] = Field(default_factory=list)
     stop_reason: str | None = None
+    journals: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """The recorded steps and waits of the current step's tool calls, by tool call id
+    (:mod:`durable_harness.agent.durable`)."""
 
     _dumped: list[tuple[ModelMessage, dict[str, Any]]] = PrivateAttr(default_factory=list)
     """The JSON of ``messages`` at the last :func:`~durable_harness.agent.calls.dump_state`, by
     message object: a message that is not the last ones is never changed again, so its JSON is
     made once (a checkpoint's cost does not grow with the history)."""
 
+    _events: Any = PrivateAttr(default=None)
+    """The run's events (``RunEvents``) for this slice; None outside a durable run."""
     _turn_ends: bool | None = PrivateAttr(default=None)
     """Whether the turn ends after the step that just ended (decided once, at the step's end)."""
 

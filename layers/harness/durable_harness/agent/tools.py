@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import AgentConfigError, ToolError
 from ..messages import ModelMessage
 from ..models.base import ToolDefinition
+from .durable import DurableCall
 from .pool import run_in_tool_thread
 from .schema import schema_errors, with_defaults
 
@@ -36,13 +37,45 @@ NeedsApproval = bool | Callable[[Any, "ToolContext"], "bool | Awaitable[bool]"]
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool (and a ``needs_approval`` function) may know about the call it serves."""
+    """What a tool (and a ``needs_approval`` function) may know about the call it serves.
+
+    In a durable run an async tool also gets the durable primitives (decision D16;
+    :mod:`durable_harness.agent.durable`, which states the replay rule): :meth:`step`,
+    :meth:`wait_for_event`, :meth:`sleep` and :meth:`event_url`.
+    """
 
     tool_call_id: str
     tool_name: str
     messages: Sequence[ModelMessage]
     runtime_context: Any = None
     tool_context: Any = None
+    durable: DurableCall | None = field(default=None, repr=False, compare=False)
+    """The call's journal (None where the primitives cannot work: in ``needs_approval``)."""
+
+    def _journal(self, what: str) -> DurableCall:
+        if self.durable is None:
+            raise ToolError(f"ctx.{what} is only available while the tool executes.")
+        return self.durable
+
+    async def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` (sync or async) once and record its JSON result; when the tool runs again
+        (after a wait, a slice end or a crash) the recorded result is returned instead."""
+        return await self._journal("step").step(name, fn)
+
+    async def wait_for_event(self, name: str, timeout_seconds: float | None = None) -> Any:
+        """The JSON payload of the run's event ``name``: at once if it arrived, else the run parks
+        (status ``awaiting_event``, nothing running) until it does; raises
+        :class:`~durable_harness.waits.WaitTimeout` once ``timeout_seconds`` passed without it."""
+        return await self._journal("wait_for_event").wait_for_event(name, timeout_seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable timer: the run parks (zero compute) for ``seconds``, across days if need be."""
+        await self._journal("sleep").sleep(seconds)
+
+    def event_url(self, name: str, timeout_seconds: float | None = None) -> str:
+        """A URL accepting the event ``name`` as a POST of JSON, authorised by a signed token bound
+        to this run, this call and the name; it expires with the wait (``timeout_seconds``)."""
+        return self._journal("event_url").event_url(name, timeout_seconds)
 
 
 @dataclass
@@ -55,6 +88,8 @@ class Tool:
     argument, the :class:`ToolContext`); sync functions run on the tool thread pool (:mod:`.pool`,
     ``TOOL_THREADS``). ``timeout`` bounds one execution, in seconds.
     ``context_model`` validates this tool's entry of the agent's ``tools_context``.
+    ``retries``: how often a failing ``ctx.step`` is tried again before its error is final (and
+    recorded: a replay raises it without running the step again).
     """
 
     name: str
@@ -65,6 +100,7 @@ class Tool:
     needs_approval: NeedsApproval = False
     timeout: float | None = None
     context_model: type[BaseModel] | None = None
+    retries: int = 0
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "a").replace("-", "a").isalnum():
@@ -173,6 +209,7 @@ def tool(
     description: str | None = None,
     needs_approval: NeedsApproval = False,
     timeout: float | None = None,
+    retries: int = 0,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -184,6 +221,7 @@ def tool(
     description: str | None = None,
     needs_approval: NeedsApproval = False,
     timeout: float | None = None,
+    retries: int = 0,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a :class:`Tool` of a function whose first argument is annotated with a pydantic model.
 
@@ -204,6 +242,7 @@ def tool(
             input_model=model,
             needs_approval=needs_approval,
             timeout=timeout,
+            retries=retries,
         )
 
     return build(function) if function is not None else build

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import HarnessError, InvalidRequestError, ProtocolError, StorageError
-from ..ids import derived_run_id, is_run_id
+from ..ids import MAX_CHAT_ID, derived_run_id, is_run_id
 from ..protocol.ui_messages import TextUIPart, UIMessage, parse_ui_messages
 from ..runner.state import RunState
 from ._errors import aws_errors
@@ -42,6 +42,7 @@ from ._errors import aws_errors
 __all__ = [
     "LIFECYCLE_KINDS",
     "MAX_DETAIL_BYTES",
+    "RUN_EVENT_DETAIL_TYPE",
     "SCHEDULE_SOURCE",
     "START_RUN_DETAIL_TYPE",
     "START_RUN_SOURCE",
@@ -63,6 +64,8 @@ START_RUN_SOURCE: Final = "durable-harness.client"
 """Default ``source`` of inbound events that start a run."""
 
 START_RUN_DETAIL_TYPE: Final = "Start Run"
+RUN_EVENT_DETAIL_TYPE: Final = "Run Event"
+"""An external event for a waiting run (decision D16): ``detail: {runId, name, payload}``."""
 """``detail-type`` of inbound events that start a run."""
 
 SCHEDULE_SOURCE: Final = "durable-harness.schedule"
@@ -207,8 +210,8 @@ def bounded_summary(detail: Mapping[str, Any], result: Mapping[str, Any]) -> dic
 
 
 def start_run_pattern(source: str = START_RUN_SOURCE) -> dict[str, list[str]]:
-    """The EventBridge event pattern matching "Start Run" events from ``source``."""
-    return {"source": [source], "detail-type": [START_RUN_DETAIL_TYPE]}
+    """The EventBridge event pattern matching "Start Run" and "Run Event" events from ``source``."""
+    return {"source": [source], "detail-type": [START_RUN_DETAIL_TYPE, RUN_EVENT_DETAIL_TYPE]}
 
 
 def run_id_for_event(event: Mapping[str, Any]) -> str:
@@ -262,8 +265,10 @@ def parse_start_run_event(event: Mapping[str, Any], *, source: str = START_RUN_S
         raise InvalidRequestError("the event's detail must be an object", code="invalid_event")
     run_id = run_id_for_event(event)
     chat_id = detail.get("chatId")
-    if chat_id is not None and (not isinstance(chat_id, str) or not 0 < len(chat_id) <= 200):
-        raise InvalidRequestError("detail.chatId must be a string of 1 to 200 characters", code="invalid_event")
+    if chat_id is not None and (not isinstance(chat_id, str) or not 0 < len(chat_id) <= MAX_CHAT_ID):
+        raise InvalidRequestError(
+            f"detail.chatId must be a string of 1 to {MAX_CHAT_ID} characters", code="invalid_event"
+        )
     prompt, raw = detail.get("prompt"), detail.get("messages")
     if (prompt is None) == (raw is None):
         raise InvalidRequestError("detail needs exactly one of 'prompt' and 'messages'", code="invalid_event")

@@ -49,6 +49,7 @@ from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher
 from .handover import StepFunctionsHandover
 from .stepfunctions import StepFunctionsOrchestrator
+from .waits import StepFunctionsWaker
 
 if TYPE_CHECKING:
     import boto3
@@ -112,6 +113,8 @@ class AwsRuntime:
     events: EventPublisher | None = None
     handover: StepFunctionsHandover | None = None
     """How the chat function hands the first slice it ran itself over to the state machine."""
+    waker: StepFunctionsWaker | None = None
+    """Wakes a parked run's execution when an event for it is delivered (:mod:`.waits`)."""
 
 
 def client_for(service: str, *, session: boto3.Session | None = None, region: str | None = None) -> Any:
@@ -179,6 +182,7 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
             heartbeat_seconds=heartbeat,
             heartbeat_interval=interval,
         ),
+        waker=StepFunctionsWaker(client=sfn, dynamodb_client=dynamodb, table_name=table),
     )
 
 

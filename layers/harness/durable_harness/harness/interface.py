@@ -25,6 +25,11 @@ The rules the runner applies, the same for every harness:
   ``awaiting_tool_approval``. No slice ends while approval requests are pending. The answer
   (a chat POST or the run API) is verified by the runner and starts a new run whose first slice
   continues the paused run's last checkpoint with :attr:`ContinueTurn.continuation`.
+* A :class:`Wait` event parks the run (decision D16): it follows a checkpoint (not
+  ``deferrable``) that holds everything the turn needs to resume; the runner ends the slice with
+  status ``awaiting_event`` and a ``data-wait`` chunk per wait, and opens the turn again (a
+  :class:`ContinueTurn` of that checkpoint) once an event it waits for arrives or a deadline
+  passes. The turn reads the run's events through ``events`` (:class:`RunEvents`).
 * A ``finish`` part ends the turn; only a checkpoint may follow it (its ``output`` is the run's
   structured output). An ``error`` part fails the run with ``error`` + ``finish``.
 """
@@ -40,6 +45,7 @@ from ..messages import ModelMessage
 from ..protocol.harness_parts import HarnessStreamPart
 from ..protocol.ui_chunks import UIMessageChunk
 from ..protocol.wire import JSONValue
+from ..waits import Delivery, WaitSpec
 
 
 @dataclass(frozen=True)
@@ -63,8 +69,28 @@ class Checkpoint:
     deferrable: bool = False
 
 
-HarnessEvent: TypeAlias = HarnessStreamPart | UIMessageChunk | Checkpoint
+@dataclass(frozen=True)
+class Wait:
+    """The turn parks until one of ``waits`` is due (an event arrived, or its deadline passed)."""
+
+    waits: tuple[WaitSpec, ...]
+
+
+HarnessEvent: TypeAlias = HarnessStreamPart | UIMessageChunk | Checkpoint | Wait
 """What a harness turn yields."""
+
+
+@runtime_checkable
+class RunEvents(Protocol):
+    """The run's external events, as the runner gives them to a turn (blocking calls: storage)."""
+
+    def event(self, name: str) -> Delivery | None:
+        """The run's event ``name`` (its ``payload``) if it was delivered, else None."""
+        ...
+
+    def url(self, tool_call_id: str, name: str, expires_at: float) -> str:
+        """A signed URL that accepts the event ``name`` for this run and call, until ``expires_at``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -125,6 +151,8 @@ class StartTurn:
     messages: list[ModelMessage]
     call_options: dict[str, Any] | None = None
     """The run's call options, as :meth:`Harness.parse_call_options` returned them."""
+    events: RunEvents | None = None
+    """The run's external events (None: the turn cannot wait for any)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +171,8 @@ class ContinueTurn:
     continuation: Continuation | None = None
     call_options: dict[str, Any] | None = None
     """The run's call options (a continuation's may differ from the paused run's)."""
+    events: RunEvents | None = None
+    """The run's external events (None: the turn cannot wait for any)."""
 
     @property
     def approvals(self) -> tuple[ApprovalDecision, ...]:

@@ -21,7 +21,7 @@ the lite client of :mod:`durable_harness.aws.lite` (no botocore import or client
 function's first turn starts sooner), elsewhere a ``bedrock-runtime`` client of the process's shared
 botocore session (region and credentials from the usual AWS chain); both come from
 :func:`durable_harness.aws.clients.make_client` and raise botocore's exceptions, which
-:func:`_model_error` maps.
+:func:`~.bedrock_errors.model_error` maps.
 The caller needs ``bedrock:InvokeModelWithResponseStream`` on the model (or inference profile).
 """
 
@@ -56,13 +56,11 @@ from ..messages import (
 from ..protocol import harness_parts as hp
 from ..protocol.wire import compact_json
 from .base import ModelRequest, ModelStreamPart
-from .bedrock_access import access_advice
+from .bedrock_errors import model_error
 from .provider_utils import (
     STANDARD_SETTINGS,
-    is_retryable_status,
     merge_provider_settings,
     parse_data_url,
-    retry_after_seconds,
     tool_input_object,
     tool_input_text,
     tool_output_text,
@@ -78,16 +76,6 @@ _STOP_REASONS = {
     "guardrail_intervened": "content-filter",
     "content_filtered": "content-filter",
 }
-_RETRYABLE_CODES = frozenset(
-    {
-        "throttlingexception",
-        "serviceunavailableexception",
-        "internalserverexception",
-        "modelstreamerrorexception",
-        "modeltimeoutexception",
-        "modelnotreadyexception",
-    }
-)
 _IMAGE_FORMATS = {
     "image/png": "png",
     "image/jpeg": "jpeg",
@@ -227,7 +215,7 @@ class BedrockConverseModel:
         except ModelError:
             raise
         except Exception as exc:
-            raise _model_error(exc) from None
+            raise model_error(exc) from None
         event_stream = response["stream"]
         events: Iterator[dict[str, Any]] = iter(event_stream)
         state = _StreamState(model_id=self.bedrock_model_id, warnings=warnings)
@@ -237,7 +225,7 @@ class BedrockConverseModel:
                 try:
                     event = await asyncio.to_thread(next, events, _END)
                 except Exception as exc:
-                    raise _model_error(exc) from None
+                    raise model_error(exc) from None
                 if not isinstance(event, dict):
                     drained = True
                     break
@@ -256,43 +244,6 @@ class BedrockConverseModel:
 def _close(event_stream: Any) -> None:
     with contextlib.suppress(Exception):  # closing a broken stream may fail; nothing is left to do
         event_stream.close()
-
-
-# --- errors ---------------------------------------------------------------------------------------
-
-
-def _model_error(exc: Exception) -> ModelError:
-    """The :class:`ModelError` of a boto3 / botocore failure."""
-    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
-
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error") or {}
-        code = str(error.get("Code") or "Unknown")
-        message = str(error.get("Message") or "")
-        metadata = exc.response.get("ResponseMetadata") or {}
-        status = metadata.get("HTTPStatusCode")
-        status = status if isinstance(status, int) and status >= 400 else None
-        retryable = code.lower() in _RETRYABLE_CODES or (status is not None and is_retryable_status(status))
-        headers = metadata.get("HTTPHeaders") or {}
-        # A refused call's message may name the account and role: the client gets what to do instead.
-        message = access_advice(code, message) or message
-        return ModelError(
-            f"Bedrock {code}: {message}".rstrip(": "),
-            retryable=retryable,
-            status_code=status,
-            retry_after=retry_after_seconds(headers) if headers else None,
-        )
-    if isinstance(exc, ConnectionError | HTTPClientError) or _is_urllib3_error(exc):
-        return ModelError(f"Bedrock request failed: {exc}", retryable=True)
-    return ModelError(f"Bedrock request failed: {type(exc).__name__}: {exc}")
-
-
-def _is_urllib3_error(exc: Exception) -> bool:
-    try:
-        from urllib3.exceptions import HTTPError
-    except ImportError:  # pragma: no cover - urllib3 comes with botocore
-        return False
-    return isinstance(exc, HTTPError)
 
 
 # --- messages -------------------------------------------------------------------------------------

@@ -155,14 +155,15 @@ class ContinuationResolver:
         raise InvalidRequestError(f"Run {paused.run_id} changed meanwhile; reload it.", code="conflict", status=409)
 
 
-def turn_request(state: RunState, session: str, replay: bool) -> hi.TurnRequest:
+def turn_request(state: RunState, session: str, replay: bool, events: hi.RunEvents | None = None) -> hi.TurnRequest:
     """What the harness is opened with for a slice of ``state``: a new turn, or the last
-    checkpoint's state (with the verified answers on the first slice of a continuation)."""
+    checkpoint's state (with the verified answers on the first slice of a continuation);
+    ``events``: the run's external events."""
     record = state.continuation
     if record is None and state.turn is None:
         return hi.StartTurn(
             run_id=state.run_id, session_id=session, messages=list(state.input_messages),
-            call_options=state.call_options,
+            call_options=state.call_options, events=events,
         )  # fmt: skip
     continuation = None
     if record is not None:
@@ -174,5 +175,5 @@ def turn_request(state: RunState, session: str, replay: bool) -> hi.TurnRequest:
         )
     return hi.ContinueTurn(
         run_id=state.run_id, session_id=session, state=state.turn, replay_step=replay,
-        continuation=continuation, call_options=state.call_options,
+        continuation=continuation, call_options=state.call_options, events=events,
     )  # fmt: skip

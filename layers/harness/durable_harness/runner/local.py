@@ -16,6 +16,12 @@ Loop: run a slice; go on while the run is ``ready_for_next_step``; stop when it 
   or whose driver's process died. So every unfinished run has a driver, and a client that follows
   one never waits forever.
 
+* **Parked runs** (status ``awaiting_event``, decision D16) are not driven until due. The earliest
+  deadline of a parked run's waits goes in the timer table (``timers``, in the SQLite file
+  locally) and an asyncio timer starts the run then; :meth:`open` arms every timer of the table,
+  so a sleep that ended while the server was down fires at start-up. An event delivery starts the
+  run itself. A run that parks with an awaited event already there goes on at once.
+
 ``health`` (a :class:`~durable_harness.storage.health.StorageHealth`) hears of every storage
 error and every slice that went through, for the chat service's ``503`` answers.
 """
@@ -24,16 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from contextlib import suppress
 from typing import Any, Literal, TypeVar
 
 from ..errors import FencedError, OtherAgentError, RetryableError, RunNotFoundError, StorageError
-from ..ports import RunLeases
+from ..ports import RunLeases, RunTimers
 from ..storage.health import StorageHealth
 from .lease import LeaseKeeper
 from .runner import Runner
 from .state import RunState
+from .waiting import next_deadline
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +63,10 @@ class LocalOrchestrator:
         leases: RunLeases | None = None,
         lease_seconds: float = 15.0,
         health: StorageHealth | None = None,
+        timers: RunTimers | None = None,
     ) -> None:
         self.runner = runner
+        self.timers = timers
         self.slice_seconds = slice_seconds
         self.max_attempts = max_attempts
         self.retry_delay = retry_delay
@@ -69,6 +79,8 @@ class LocalOrchestrator:
         self._tasks: dict[str, asyncio.Task[RunState | None]] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._alarms: dict[str, asyncio.Task[None]] = {}
+        self._timed: set[str] = set()  # runs with a row in the timer table
 
     # --- the Orchestrator port --------------------------------------------------------------------
 
@@ -106,7 +118,15 @@ class LocalOrchestrator:
         return await self._tasks[run_id]
 
     async def open(self) -> None:
-        """Server start-up: drive every run that needs a driver, then keep watching (with leases)."""
+        """Server start-up: arm the timers of parked runs, drive every run that needs a driver,
+        then keep watching (with leases)."""
+        if self.timers is not None and not self._alarms:
+            try:
+                for run_id, due_at in await asyncio.to_thread(self.timers.list_timers):
+                    self._timed.add(run_id)
+                    self._alarm(run_id, due_at)
+            except StorageError as exc:
+                logger.warning("reading the timers of parked runs failed: %s", exc)
         if self.keeper is None or self._watchdog is not None:
             return
         try:
@@ -162,7 +182,10 @@ class LocalOrchestrator:
                 return await self.close(run_id, error="The run failed because of an internal error.")
             self._storage_ok()
             attempt = storage_failures = 0
+            if state.status == "awaiting_event" and await asyncio.to_thread(self.runner.due, state):
+                continue  # an awaited event came while the run parked, or a deadline passed
             if state.status != "ready_for_next_step":
+                await self._set_alarm(run_id, next_deadline(state))
                 return state
 
     async def close(
@@ -199,6 +222,39 @@ class LocalOrchestrator:
         self._watchdog = None
 
     # --- internals --------------------------------------------------------------------------------
+
+    async def _set_alarm(self, run_id: str, due_at: float | None) -> None:
+        """Record (or drop) the parked run's timer and arm it; best effort on storage errors (a
+        timer not recorded still fires in this process, it would only be lost by a restart)."""
+        if self.timers is not None and (due_at is not None or run_id in self._timed):
+            try:
+                if due_at is None:
+                    await asyncio.to_thread(self.timers.clear_timer, run_id)
+                    self._timed.discard(run_id)
+                else:
+                    await asyncio.to_thread(self.timers.set_timer, run_id, due_at)
+                    self._timed.add(run_id)
+            except StorageError as exc:
+                logger.warning("run %s: could not record its timer: %s", run_id, exc)
+        if due_at is None:
+            alarm = self._alarms.pop(run_id, None)
+            if alarm is not None:
+                alarm.cancel()
+        else:
+            self._alarm(run_id, due_at)
+
+    def _alarm(self, run_id: str, due_at: float) -> None:
+        """Start the run at ``due_at`` (at once if that passed), replacing its earlier alarm."""
+        previous = self._alarms.pop(run_id, None)
+        if previous is not None:
+            previous.cancel()
+
+        async def ring() -> None:
+            await asyncio.sleep(max(0.0, due_at - time.time()))
+            self._alarms.pop(run_id, None)
+            self.start(run_id)
+
+        self._alarms[run_id] = self._spawn(ring(), f"timer:{run_id}")
 
     async def _supervise(self, run_id: str) -> RunState | None:
         """Drive the run under this process's lease; drop the lease once the run needs no driver."""

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ..approvals import ApprovalSecret
@@ -43,6 +44,7 @@ from ..protocol.ui_chunks import (
 )
 from ..storage.writer import ChunkWriter
 from ..telemetry import Telemetry, telemetry_from_env
+from ..waits import EventBook
 from .continuation import ContinuationResolver, turn_request
 from .progress import SliceProgress
 from .state import (
@@ -57,7 +59,9 @@ from .state import (
     foreign,
     pending_json,
     state_of,
+    waits_json,
 )
+from .waiting import RunEventSource, due, park, resume_chunks
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +86,8 @@ class Runner:
     by): every run this runner creates records it, and the runner drives, continues and answers the
     approvals of its own agent's runs only (:class:`~durable_harness.errors.OtherAgentError`
     otherwise). None (a program embedding the library) records none and drives any run.
+    ``public_url``: where the server is reached from outside, the base of the signed event URLs
+    tools hand out (``ctx.event_url``); by default ``PUBLIC_URL``, else URLs are paths.
     """
 
     def __init__(
@@ -97,6 +103,7 @@ class Runner:
         telemetry: Telemetry | None = None,
         checkpoint_grace: float | None = 1.0,
         agent_id: str | None = None,
+        public_url: str | None = None,
     ) -> None:
         self.agent = agent
         self.agent_id = agent_id
@@ -111,6 +118,8 @@ class Runner:
         self.ledger = ApprovalLedger(store)
         self.continuations = ContinuationResolver(store, self.ledger, self.approval_secret, agent_id=agent_id)
         self.telemetry = telemetry
+        self.events = EventBook(store)
+        self.public_url = public_url if public_url is not None else os.environ.get("PUBLIC_URL")
 
     @property
     def harness(self) -> hi.Harness:
@@ -183,13 +192,18 @@ class Runner:
         """The run's state as last checkpointed."""
         return state_of(self.store.load(run_id))
 
+    def due(self, state: RunState) -> bool:
+        """True when a run ``awaiting_event`` may go on (an awaited event came, or a deadline passed)."""
+        return due(self.events, state)
+
     async def run_slice(self, run_id: str, *, budget_seconds: float | None = None) -> RunState:
         """Run one time slice; ``budget_seconds=None`` runs until the turn pauses or ends."""
         started = time.monotonic()
         cp, state, count = await asyncio.to_thread(self._begin_slice, run_id)
         if count is None:
-            await self._complete_tail(cp, state)
-            return state
+            if state.terminal:
+                await self._complete_tail(cp, state)
+            return state  # ended, or parked and not due: nothing to do
         translator = self._translator(state)
         writer = ChunkWriter(
             self.log,
@@ -205,9 +219,12 @@ class Runner:
         state.slices += 1
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
-        turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay))
+        events = RunEventSource(self.events, self.approval_secret, run_id, self.public_url)
+        turn = self.agent.open(turn_request(state, self.agent.create_session(state.session_id), replay, events))
         state.slice_times.append((writer.end, round(time.time(), 3)))
         _write(writer, translator.start(state.message_id))
+        if state.waits:  # a parked run resumes: its data-wait parts say so
+            _write(writer, resume_chunks(state))
         if state.continuation is not None:  # the user's denials, shown once the paused turn goes on
             for decision in state.continuation.approvals:
                 if not decision.approved:
@@ -239,6 +256,11 @@ class Runner:
                             return state
                     slice_point = False
                     continue
+                if isinstance(event, hi.Wait):
+                    _write(writer, park(state, event))  # after the checkpoint the turn resumes from
+                    state.stream = StreamContext(translator=translator.state, chunk_count=writer.end)
+                    await progress.commit()
+                    return state
                 if finish_part is not None:
                     raise ProtocolError(f"The harness sent a {event.type!r} part after 'finish'.")
                 chunks = translator.translate(event)
@@ -351,6 +373,8 @@ class Runner:
             result["totalUsage"] = {"inputTokens": final.input_tokens, "outputTokens": final.output_tokens}
         if state.status == "awaiting_tool_approval":
             result["pendingApprovals"] = pending_json(state)
+        if state.status == "awaiting_event":
+            result["waitingFor"] = waits_json(state)
         if not foreign(state.agent, self.agent_id):  # another harness's turn state is not this one's to read
             result.update(self.agent.run_result(state.turn))
         from .result import RECORDED_KEYS, recorded_result  # the result API only: kept off the functions' load
@@ -381,7 +405,7 @@ class Runner:
         cp = self.store.load(run_id)
         state = state_of(cp)
         check_agent(state, self.agent_id)  # another agent's run: not this harness's to drive
-        if state.terminal:
+        if state.terminal or (state.status == "awaiting_event" and not due(self.events, state)):
             return cp, state, None
         cp = self.store.claim(run_id, cp.version)
         return cp, state, self.log.open(run_id, cp.epoch)
@@ -501,7 +525,7 @@ def _mark_times(state: RunState, writer: ChunkWriter, chunks: list[UIMessageChun
     state.chunk_times.extend((writer.end + i, now) for i, chunk in enumerate(chunks) if chunk.type in _TIMED)
 
 
-def _write(writer: ChunkWriter, chunks: list[UIMessageChunk]) -> None:
+def _write(writer: ChunkWriter, chunks: Sequence[UIMessageChunk]) -> None:
     for chunk in chunks:
         writer.write(encode_ui_chunk(chunk))
 

@@ -10,10 +10,13 @@ from ..messages import ModelMessage
 from ..ports import AGENT_META, Checkpoint
 from ..protocol.translate import TranslatorState
 
-RunStatus = Literal["not_started", "ready_for_next_step", "awaiting_tool_approval", "finished", "failed", "cancelled"]
+RunStatus = Literal[
+    "not_started", "ready_for_next_step", "awaiting_tool_approval", "awaiting_event", "finished", "failed", "cancelled"
+]
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"awaiting_tool_approval", "finished", "failed", "cancelled"})
-"""Statuses after which no slice runs again (an approval continues in a new run)."""
+"""Statuses after which no slice runs again (an approval continues in a new run). A run
+``awaiting_event`` is not terminal: it goes on (in the same run) once a wait of it is due."""
 
 
 class StreamContext(BaseModel):
@@ -80,6 +83,17 @@ class ContinuationRecord(BaseModel):
     """The chat client sent the conversation (``input_messages``) with its answers."""
 
 
+class WaitRecord(BaseModel):
+    """What a run ``awaiting_event`` waits for (decision D16): a tool call's event or sleep."""
+
+    tool_call_id: str
+    name: str
+    kind: Literal["event", "sleep"]
+    deadline: float | None = None
+    """Epoch seconds when the wait ends anyway (a sleep's end, an event's timeout); None: never."""
+    since: float = Field(default_factory=time.time)
+
+
 class RunState(BaseModel):
     """The checkpoint of a run (decision D5: history stored once per checkpoint, never per step)."""
 
@@ -113,6 +127,8 @@ class RunState(BaseModel):
     error: str | None = None
     continued_by: str | None = None
     """The run that answered this paused run's approvals through the run API."""
+    waits: list[WaitRecord] = Field(default_factory=list)
+    """While ``awaiting_event``: what the run waits for (any one due resumes it)."""
     slice_times: list[tuple[int, float]] = Field(default_factory=list)
     """When each slice began: (the log index of its first chunk, epoch seconds)."""
     chunk_times: list[tuple[int, float]] = Field(default_factory=list)
@@ -169,6 +185,19 @@ def state_of(cp: Checkpoint) -> RunState:
     if cp.status == "failed" and not state.terminal:
         state.status, state.error = "failed", state.error or ENDED_WITHOUT_LAMBDA
     return state
+
+
+def waits_json(state: RunState) -> list[dict[str, Any]]:
+    """What a waiting run waits for, as the run API and the ``data-wait`` chunks show it."""
+    return [
+        {
+            "toolCallId": w.tool_call_id,
+            "name": w.name,
+            "kind": w.kind,
+            "deadline": None if w.deadline is None else int(w.deadline * 1000),
+        }
+        for w in state.waits
+    ]
 
 
 def pending_json(state: RunState) -> list[dict[str, Any]]:

@@ -10,6 +10,9 @@ Routes:
 * ``GET /api/runs/{runId}``, ``GET /api/runs/{runId}/result``, ``POST /api/runs/{runId}/cancel``,
   ``POST /api/runs/{runId}/approvals`` -- the run API (status, result, cancel, approvals of a run
   that has no chat client);
+* ``POST /api/runs/{runId}/events/{name}`` and ``POST /hooks/events/{token}`` -- deliver an event to
+  a run (the run's principal; the signed URL a tool handed out, whose token is the credential);
+  see :mod:`.events`;
 * ``GET /health`` and ``GET /openapi.json``;
 * ``GET /``, ``GET /runs``, ``GET /runs/<runId>`` and ``GET /assets/<file>`` -- the chat page and the runs
   inspector, when built and enabled (see :mod:`.static`).
@@ -37,6 +40,7 @@ from ..errors import InvalidRequestError, MethodNotAllowedError, RunNotFoundErro
 from ..ids import is_run_id
 from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
 from .auth import Authenticator, NoAuth
+from .events import EventDesk
 from .openapi import openapi_document
 from .resume import NOTHING_TO_RESUME, chat_run_to_resume
 from .runlist import list_runs, parse_list_query
@@ -66,7 +70,9 @@ class ChatApp:
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
         static_dir: str | Path | None = None,
         on_startup: Callable[[], Awaitable[None]] | None = None,
+        wake: Callable[[str], None] | None = None,
     ) -> None:
+        """``wake(run_id)``: how an event delivery makes a parked run go on (see :class:`.events.EventDesk`)."""
         self.service = service
         self.authenticator = authenticator or NoAuth()
         self.max_body_bytes = max_body_bytes
@@ -74,6 +80,7 @@ class ChatApp:
         self.on_shutdown = on_shutdown
         self.on_startup = on_startup
         self.static_site = StaticSite(static_dir) if static_dir is not None else None
+        self.events = EventDesk(service, wake)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -121,6 +128,11 @@ class ChatApp:
         if self.static_site is not None and self.static_site.matches(segments):
             await self.static_site.serve(method, segments, _headers(scope), send)
             return
+        if len(segments) == 3 and segments[:2] == ["hooks", "events"]:
+            _allow(method, "POST")  # no credentials but the token: an external system calls it
+            answer = await self.events.by_token(segments[2], await self._read_body(receive))
+            await _json(send, answer.status, answer.body, cors)
+            return
         if segments[:1] != ["api"]:
             raise _not_found(method, scope)
         principal = self.authenticator.authenticate(_headers(scope))
@@ -150,6 +162,11 @@ class ChatApp:
             state = await self.service.answer_approvals(_run_id(segments[2]), body, principal)
             location = f"/api/chat/{state.run_id}/stream?startIndex=0"
             await _json(send, 202, {"runId": state.run_id, "status": state.status, "stream": location}, cors)
+        elif len(segments) == 5 and segments[:2] == ["api", "runs"] and segments[3] == "events":
+            _allow(method, "POST")
+            run_id, body = _run_id(segments[2]), await self._read_body(receive)
+            answer = await self.events.by_api(run_id, segments[4], body, principal)
+            await _json(send, answer.status, answer.body, cors)
         else:
             raise _not_found(method, scope)
 

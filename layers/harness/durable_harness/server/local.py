@@ -87,6 +87,7 @@ def build_local_kit(
         lease_seconds=lease_seconds,
         max_retry_delay=max_retry_delay,
         health=health,
+        timers=store,
     )
     service = ChatService(runner, orchestrator, signal=signal, config=config, health=health)
     page = web_page_dir() if static_dir == "auto" else static_dir

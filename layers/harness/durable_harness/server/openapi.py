@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from ..ids import MAX_CHAT_ID
 
 _RUN_ID = {"type": "string", "pattern": "^wrun_[0-9a-z]{26}$", "description": "A run id (from x-workflow-run-id)."}
 _ERROR = {
@@ -43,7 +44,7 @@ _PATH_RUN = [{"name": "runId", "in": "path", "required": True, "schema": _RUN_ID
 _PATH_RUN_OR_CHAT = [{
     "name": "runId", "in": "path", "required": True,
     "description": "A run id, or a chat id (the `id` of its POSTs): the chat's latest run while it is in progress.",
-    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_CHAT_ID},
 }]  # fmt: skip
 _UI_MESSAGE = {
     "type": "object",
@@ -58,6 +59,21 @@ _UI_MESSAGE = {
     },
 }  # fmt: skip
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_EVENT_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"},
+}
+_EVENT_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": {"description": "Any JSON, at most 256 KB."}}},
+}
+_DELIVERED = {
+    "description": "Recorded: `outcome` is `resumed` (the run waited for it) or `kept`; a duplicate is a 409 "
+    "with the first delivery's outcome.",
+    "content": _JSON_OBJECT,
+}
 _LIST_PARAMETERS = [
     {
         "name": "status",
@@ -160,7 +176,7 @@ def openapi_document() -> dict[str, Any]:
                                     "type": "object",
                                     "required": ["messages"],
                                     "properties": {
-                                        "id": {"type": "string", "minLength": 1, "maxLength": 200},
+                                        "id": {"type": "string", "minLength": 1, "maxLength": MAX_CHAT_ID},
                                         "messages": {"type": "array", "minItems": 1, "items": _UI_MESSAGE},
                                         "trigger": {
                                             "type": "string",
@@ -171,7 +187,7 @@ def openapi_document() -> dict[str, Any]:
                                         "messageId": {
                                             "type": "string",
                                             "minLength": 1,
-                                            "maxLength": 200,
+                                            "maxLength": MAX_CHAT_ID,
                                             "description": "With a regenerate: the assistant message it "
                                             "replaces (the same one again is a retry: the same run).",
                                         },
@@ -206,7 +222,11 @@ def openapi_document() -> dict[str, Any]:
                 "get": {
                     "summary": "The caller's runs, newest first, a page at a time (only the caller's own runs).",
                     "parameters": _LIST_PARAMETERS,
-                    "responses": {"200": {"description": "A page of runs.", "content": _RUN_LIST}, **_ERRORS},
+                    "responses": {
+                        "200": {"description": "A page of runs.", "content": _RUN_LIST},
+                        **_ERRORS,
+                        "501": {**_ERROR, "description": "This server's run store cannot list runs."},
+                    },
                 }
             },
             "/api/runs/{runId}": {
@@ -261,6 +281,23 @@ def openapi_document() -> dict[str, Any]:
                         },
                     },
                     "responses": {"202": {"description": "The continuation run.", "content": _JSON_OBJECT}, **_ERRORS},
+                }
+            },
+            "/api/runs/{runId}/events/{name}": {
+                "post": {
+                    "summary": "Deliver an event to a run (kept until a tool waits for it; resumes a waiting run).",
+                    "parameters": [*_PATH_RUN, _EVENT_NAME],
+                    "requestBody": _EVENT_BODY,
+                    "responses": {"202": _DELIVERED, **_ERRORS, "410": _ERROR},
+                }
+            },
+            "/hooks/events/{token}": {
+                "post": {
+                    "summary": "Deliver an event through the signed URL a tool handed out (no other credentials).",
+                    "security": [],
+                    "parameters": [{"name": "token", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "requestBody": _EVENT_BODY,
+                    "responses": {"202": _DELIVERED, **_ERRORS, "410": _ERROR},
                 }
             },
         },

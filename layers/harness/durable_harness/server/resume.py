@@ -6,7 +6,7 @@ with the *chat* id, so a page that keeps nothing but its chat id resumes a reply
 The stream of a chat id is its latest run's (the one created last for the caller's chat, found
 without a scan: :class:`~durable_harness.ports.ChatRuns`) while that run is in progress. When the
 chat has no run in progress there is nothing to resume (the app answers so, see
-:func:`nothing_to_resume`), except for a request from a ``startIndex`` past 0: that is a client
+:data:`NOTHING_TO_RESUME`), except for a request from a ``startIndex`` past 0: that is a client
 that was following the run when its connection dropped (the transport reconnects with the count of
 chunks it has), and it gets the rest of the run, which then ends with ``finish``.
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from ..errors import InvalidRequestError
-from ..ids import is_run_id
+from ..ids import MAX_CHAT_ID, is_run_id
 from ..ports import CheckpointStore, ListPosition, PrincipalRuns
 from ..runner.state import TERMINAL_STATUSES, RunStatus
 
@@ -72,8 +72,10 @@ def parse_list_query(query: Mapping[str, Sequence[str]]) -> ListQuery:
                     f"Unknown status {name!r}; use one or more (comma-separated) of: {known}.", code="invalid_status"
                 )
     chat_id = _one(query, "chat") or None
-    if chat_id is not None and len(chat_id) > 200:
-        raise InvalidRequestError("'chat' (a chat id) must be at most 200 characters.", code="invalid_chat_id")
+    if chat_id is not None and len(chat_id) > MAX_CHAT_ID:
+        raise InvalidRequestError(
+            f"'chat' (a chat id) must be at most {MAX_CHAT_ID} characters.", code="invalid_chat_id"
+        )
     raw_limit = _one(query, "limit")
     limit = DEFAULT_LIMIT
     if raw_limit:

@@ -28,13 +28,14 @@ from ..errors import (
 )
 from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
-from ..ports import CommitCadence, Orchestrator, RunSummary, read_summary
+from ..ports import Checkpoint, CommitCadence, Orchestrator, RunSummary, read_summary
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..protocol.wire import compact_json
 from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
-from ..runner.state import RunState, pending_json
+from ..runner.state import RunState, pending_json, state_of, waits_json
 from ..storage.health import StorageHealth
+from ..telemetry.costs import DeployedFunctions, estimate_run_cost, run_record
 from .notifier import CommitSignal
 from .resume import FINISH_PREFIX as _FINISH_PREFIX
 from .resume import StreamStart, stream_start
@@ -69,6 +70,9 @@ class ServiceConfig:
     max_messages: int = 1000
     storage_retry_after: int = 2
     """Seconds a ``503 storage_unavailable`` answer asks the client to wait (``Retry-After``)."""
+    cost: DeployedFunctions | None = None
+    """Deployed: the functions whose bill a run's ``cost`` estimate prices (the run API's ``cost``);
+    None (the local kit, which has no AWS bill): no estimate."""
 
 
 class ChatService:
@@ -162,10 +166,15 @@ class ChatService:
         so that run ids cannot be probed. A run started without a principal (an event-triggered
         run whose event named none) is visible to every authenticated caller.
         """
-        state = await asyncio.to_thread(self.runner.load, run_id)
+        return (await self._record(run_id, principal))[1]
+
+    async def _record(self, run_id: str, principal: str | None) -> tuple[Checkpoint, RunState]:
+        """The run's record and state, under :meth:`load`'s visibility rule."""
+        cp = await asyncio.to_thread(self.runner.store.load, run_id)
+        state = state_of(cp)
         if principal is not None and state.principal is not None and state.principal != principal:
             raise RunNotFoundError(run_id)
-        return state
+        return cp, state
 
     async def summary(self, run_id: str, principal: str | None = None) -> RunSummary:
         """What the run record says about the run (not its state), if ``principal`` may see it.
@@ -186,9 +195,10 @@ class ChatService:
 
     async def status(self, run_id: str, principal: str | None) -> dict[str, Any]:
         """What the run API reports about a run."""
-        state = await self.load(run_id, principal)
+        cp, state = await self._record(run_id, principal)
         result = state.final_result
         pending = pending_json(state) if state.status == "awaiting_tool_approval" else []
+        chunk_count = await self.count(run_id)
         body: dict[str, Any] = {
             "runId": state.run_id,
             "status": state.status,
@@ -198,9 +208,10 @@ class ChatService:
             "messageId": state.message_id,
             "createdAt": state.created_at,
             "slices": state.slices,
-            "chunkCount": await self.count(run_id),
+            "chunkCount": chunk_count,
             "pendingApprovals": pending,
             "continuedBy": state.continued_by,
+            "waitingFor": waits_json(state) if state.status == "awaiting_event" else None,
             # When slices began and timed chunks were written: (log index, epoch seconds), for the inspector.
             "sliceTimes": state.slice_times,
             "chunkTimes": state.chunk_times,
@@ -212,6 +223,8 @@ class ChatService:
                 body["output"] = result.output
         if state.error:
             body["error"] = state.error
+        if self.config.cost is not None:  # deployed: what the run cost on AWS, from what it recorded
+            body["cost"] = estimate_run_cost(run_record(cp, state, chunk_count), self.config.cost)
         return {k: v for k, v in body.items() if v is not None}
 
     async def result(self, run_id: str, principal: str | None) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from ..errors import (
 )
 from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, ListPosition, RunListing, RunSummary
 from ._private import make_private_dirs, touch_private
+from ._timers import TIMERS_SCHEMA, TimerTable
 from .records import Folded, fold, plan_create, plan_save
 
 __all__ = ["DB_FORMAT", "SqliteCheckpointStore"]
@@ -127,7 +128,7 @@ def _row_to_checkpoint(row: tuple[Any, ...], state: str) -> Checkpoint:
     )
 
 
-class SqliteCheckpointStore:
+class SqliteCheckpointStore(TimerTable):
     """A :class:`~durable_harness.ports.CheckpointStore` in a SQLite file.
 
     ``path`` is created (with its parent directories) when missing; ``":memory:"`` gives a private
@@ -389,6 +390,7 @@ class SqliteCheckpointStore:
                 conn.execute("PRAGMA synchronous=NORMAL")
                 _prepare(conn, self._path)
                 conn.execute(_PRINCIPAL_INDEX)
+                conn.execute(TIMERS_SCHEMA)  # a file of this format made before parked runs had timers gets it
             except BaseException:
                 conn.close()
                 raise

@@ -9,6 +9,7 @@ Each slice's figures (all Count, except SliceDuration):
 * ``InputTokens``, ``OutputTokens``: the tokens of the slice's steps;
 * ``Steps``, ``ToolCalls``, ``ToolErrors`` (failed executions, error results, invalid inputs);
 * ``ApprovalsWaiting``: the approval requests a run paused for (when the slice paused it);
+* ``RunsWaiting``: 1 when the slice parked its run (``awaiting_event``, decision D16);
 * ``SliceDuration`` (Milliseconds): the slice, on the slice's model.
 
 A separate ``EphemeralMetrics`` is used, so these dimensions never leak into the handler's own
@@ -27,8 +28,11 @@ STEPS = "Steps"
 TOOL_CALLS = "ToolCalls"
 TOOL_ERRORS = "ToolErrors"
 APPROVALS_WAITING = "ApprovalsWaiting"
+RUNS_WAITING = "RunsWaiting"
 SLICE_DURATION = "SliceDuration"
-METRIC_NAMES = (INPUT_TOKENS, OUTPUT_TOKENS, STEPS, TOOL_CALLS, TOOL_ERRORS, APPROVALS_WAITING, SLICE_DURATION)
+METRIC_NAMES = (
+    INPUT_TOKENS, OUTPUT_TOKENS, STEPS, TOOL_CALLS, TOOL_ERRORS, APPROVALS_WAITING, RUNS_WAITING, SLICE_DURATION
+)  # fmt: skip
 """Every metric this module emits."""
 DIMENSIONS = ("agent", "model")
 """The dimensions of every metric (Powertools adds ``service``)."""
@@ -56,5 +60,6 @@ class MetricsExporter:
             metrics.add_metric(name=TOOL_ERRORS, unit=MetricUnit.Count, value=c.tool_errors)
             if model == record.model:
                 metrics.add_metric(name=APPROVALS_WAITING, unit=MetricUnit.Count, value=record.approvals_waiting)
+                metrics.add_metric(name=RUNS_WAITING, unit=MetricUnit.Count, value=record.runs_waiting)
                 metrics.add_metric(name=SLICE_DURATION, unit=MetricUnit.Milliseconds, value=record.duration_ms)
             metrics.flush_metrics()

@@ -27,7 +27,8 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from .record import SliceRecord, SpanRecord
 
 INSTRUMENTATION = "durable_harness"
-_KINDS = {"slice": SpanKind.INTERNAL, "step": SpanKind.INTERNAL, "model": SpanKind.CLIENT, "tool": SpanKind.INTERNAL}
+_KINDS = {"slice": SpanKind.INTERNAL, "step": SpanKind.INTERNAL, "model": SpanKind.CLIENT, "tool": SpanKind.INTERNAL,
+          "wait": SpanKind.INTERNAL}  # fmt: skip
 
 
 class OpenTelemetryExporter:

@@ -13,7 +13,9 @@ chunks and checkpoints; :mod:`durable_harness.harness.interface`). From those al
 * a **tool call** span per call: from its ``tool-call`` part (for a tool the host runs, not before
   the model call ended) to its result, error or denial. A call answered in this slice but made
   in an earlier one (a continuation after approval) starts with its step. A call still waiting
-  for approval, or unfinished, ends with its step or with the slice.
+  for approval, or unfinished, ends with its step or with the slice;
+* a **wait** span per wait a parked run resumes from (decision D16): from when the run parked to
+  the start of the slice that resumed it, named after the event (``wait build-done``) or the sleep.
 
 It also counts, per model, the input and output tokens, steps, tool calls and tool errors (a
 failed execution, an error result or an invalid input). Nothing of a message's content is kept:
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from ..harness.interface import Checkpoint, HarnessEvent
+from ..harness.interface import Checkpoint, HarnessEvent, Wait
 from ..protocol import harness_parts as hp
 from ..protocol import ui_chunks as uc
 
@@ -40,7 +42,7 @@ logger = logging.getLogger(__name__)
 AttributeValue: TypeAlias = str | int | float | bool | list[str]
 """A span attribute's value (OpenTelemetry's primitive types, and a list of strings)."""
 
-SpanKind: TypeAlias = Literal["slice", "step", "model", "tool"]
+SpanKind: TypeAlias = Literal["slice", "step", "model", "tool", "wait"]
 """What a span stands for."""
 
 # Parts that come from the model itself: each one moves the end of the step's model call.
@@ -101,6 +103,8 @@ class SliceRecord:
     approvals_waiting: int
     """Approval requests the run waits for, when the slice ended with the run paused (else 0)."""
     status: str
+    runs_waiting: int = 0
+    """1 when the slice parked the run (``awaiting_event``: it now waits for an event or a time)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,15 @@ class SliceRecorder:
         if state.continuation is not None:  # a run that answers a paused run's approvals
             attributes["durable_harness.run.continues"] = state.continuation.paused_run_id
         self.root = SpanRecord("slice", f"invoke_agent {agent.name}", now, attributes=attributes)
+        for wait in state.waits if state.status == "awaiting_event" else []:  # the waits this slice ends
+            start = min(now, int(wait.since * 1e9))
+            waited: dict[str, AttributeValue] = {
+                "durable_harness.wait.name": wait.name,
+                "durable_harness.wait.kind": wait.kind,
+                "gen_ai.tool.call.id": wait.tool_call_id,
+                "durable_harness.wait.duration_ms": (now - start) / 1e6,
+            }
+            self.root.children.append(SpanRecord("wait", f"wait {wait.name}", start, now, attributes=waited))
         self._boundary = now  # when the next step began waiting for the model
         self._step: SpanRecord | None = None
         self._model: SpanRecord | None = None
@@ -179,6 +192,9 @@ class SliceRecorder:
             logger.exception("telemetry: could not record an event; this slice's spans are incomplete")
 
     def _event(self, event: HarnessEvent, now: int) -> None:
+        if isinstance(event, Wait):  # the run parks: the slice ends next (its waits' spans start then)
+            self.root.attributes["durable_harness.waits.started"] = len(event.waits)
+            return
         if isinstance(event, Checkpoint):
             if self._step is None:
                 self._boundary = now  # the step's checkpoint is written: the next step starts now
@@ -391,6 +407,7 @@ class SliceRecorder:
             duration_ms=(now - self._started) / 1e6,
             approvals_waiting=waiting,
             status=state.status,
+            runs_waiting=int(state.status == "awaiting_event"),
         )
 
 

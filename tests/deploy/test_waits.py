@@ -1,0 +1,150 @@
+"""Durable waits on the deployed stack (issue 21, D16): under moto, with the real state machine, a
+waiting run parks at no compute (no slice function invocation while it waits), and an event through
+the run API or an EventBridge "Run Event", or a sleep's end, resumes it; a cancel ends it.
+
+The handlers run in this process (tests/deploy/stack.py), their AWS calls checked against the
+template's IAM policies.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from durable_harness.aws.waits import TOKEN_ATTRIBUTE
+
+from . import agents
+from .chat import call, load_chat_app, sample_event, with_path
+from .helpers import log_of, runtime_of, start_run, state_of, types, wait_until
+from .stack import MotoStack
+from .test_inline_slice import chat_app, finish, started_post, wait_for
+
+pytestmark = pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_wait_agent")
+
+
+def parked_token(stack: MotoStack, run_id: str) -> str | None:
+    """The task token AwaitEvent left on the run record (it is parked), or None."""
+    item = stack.client("dynamodb").get_item(
+        TableName=runtime_of(stack).store.table_name, Key={"pk": {"S": run_id}, "sk": {"S": "run"}}
+    )["Item"]
+    token = item.get(TOKEN_ATTRIBUTE, {}).get("S")
+    return token if isinstance(token, str) else None
+
+
+def park(stack: MotoStack, text: str = "Build acme.") -> tuple[str, int]:
+    """Start a run whose tool waits for ``build-done``; its id and slice count once it is parked."""
+    run_id = start_run(stack, text)
+    wait_until(lambda: parked_token(stack, run_id) is not None, what="the run to park in AwaitEvent")
+    assert state_of(stack, run_id).status == "awaiting_event"
+    [execution] = [e for e in stack.executions() if e["name"].startswith(run_id)]
+    assert execution["status"] == "RUNNING"
+    return run_id, len(stack.calls_of("SliceFunction", run_id))
+
+
+def assert_resumed(stack: MotoStack, run_id: str, slices_parked: int) -> list[dict[str, Any]]:
+    """The run went on after its park, with no slice while it waited, and finished."""
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    assert state_of(stack, run_id).status == "finished"
+    # Nothing ran while it waited: a slice invoked then would have found the run not due and
+    # returned awaiting_event again. After the park: the woken slice (the tool's step) and the answer.
+    statuses = [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)]
+    assert statuses == ["awaiting_event"] * slices_parked + ["ready_for_next_step", "finished"]
+    chunks = log_of(stack, run_id)
+    assert types(chunks).count("finish") == 1 and types(chunks)[-1] == "finish"
+    return chunks
+
+
+async def test_an_event_through_the_run_api_resumes_a_parked_run(stack: MotoStack) -> None:
+    run_id, parked = park(stack)
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    post = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/events/build-done")
+    post["body"] = json.dumps({"status": "green"})
+    response = await call(app, post)
+    assert response.status == 202 and response.json()["outcome"] == "resumed", response.body
+    chunks = assert_resumed(stack, run_id, parked)
+    [result] = [c for c in chunks if c["type"] == "tool-output-available"]
+    assert result["output"] == {"build": "b-1", "status": "green"}
+    assert agents.CONTROL.executions == {"start:acme": 1}  # the recorded step ran once
+    again = await call(app, post)
+    assert again.status == 409 and again.json()["outcome"] == "resumed"
+
+
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", "k" * 40))
+async def test_the_signed_event_url_of_a_slice_resumes_the_run_through_the_chat_function(stack: MotoStack) -> None:
+    agents.CONTROL.hooks = hooks = []
+    run_id, parked = park(stack)
+    [hook] = hooks
+    chat_url = stack.functions["SliceFunction"].env["PUBLIC_URL"].rstrip("/")
+    assert hook.startswith(f"{chat_url}/hooks/events/")  # the chat function's URL
+    post = with_path(sample_event("chat-post.json"), hook.removeprefix(chat_url))
+    post["headers"].pop("authorization", None)  # the token in the URL is the only credential
+    post["body"] = json.dumps({"status": "signed"})
+    with stack.function_env("ChatFunction"):  # (its secret's ARN is read from the environment)
+        response = await call(load_chat_app(), post)
+    assert response.status == 202 and response.json()["outcome"] == "resumed", response.body
+    [result] = [c for c in assert_resumed(stack, run_id, parked) if c["type"] == "tool-output-available"]
+    assert result["output"]["status"] == "signed"
+
+
+def test_a_run_event_through_eventbridge_resumes_a_parked_run(stack: MotoStack) -> None:
+    run_id, parked = park(stack)
+    event = {"version": "0", "id": "e-1", "source": "durable-harness.client", "detail-type": "Run Event",
+             "detail": {"runId": run_id, "name": "build-done", "payload": {"status": "from the bus"}}}  # fmt: skip
+    assert stack.invoke("TriggerFunction", event) == {"runId": run_id, "outcome": "resumed", "duplicate": False}
+    chunks = assert_resumed(stack, run_id, parked)
+    [result] = [c for c in chunks if c["type"] == "tool-output-available"]
+    assert result["output"]["status"] == "from the bus"
+    assert stack.invoke("TriggerFunction", event)["duplicate"] is True  # a redelivery changes nothing
+
+
+def test_a_sleep_parks_in_a_wait_state_and_resumes_the_run(stack: MotoStack) -> None:
+    run_id = start_run(stack, "Take a nap.")
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    history = stack.history(execution["executionArn"])
+    assert [e["stateEnteredEventDetails"]["name"] for e in history if e["type"] == "WaitStateEntered"] == ["Sleep"]
+    slices = stack.calls_of("SliceFunction", run_id)
+    assert [s.result["status"] for s in slices] == ["awaiting_event", "ready_for_next_step", "finished"]
+    assert agents.CONTROL.executions == {"nap:acme": 1}
+    [result] = [c for c in log_of(stack, run_id) if c["type"] == "tool-output-available"]
+    assert result["output"] == {"slept": "acme"}
+
+
+async def test_a_cancel_ends_a_parked_run_with_one_finish(stack: MotoStack) -> None:
+    run_id, parked = park(stack)
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    cancel = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/cancel")
+    cancel["body"] = ""
+    response = await call(app, cancel)
+    assert response.status == 200 and response.json()["status"] == "cancelled", response.body
+    [execution] = stack.wait_for_executions(run_id)
+    assert execution["status"] == "ABORTED"
+    assert len(stack.calls_of("SliceFunction", run_id)) == parked
+    chunks = log_of(stack, run_id)
+    assert types(chunks).count("finish") == 1 and types(chunks)[-1] == "finish"
+    assert state_of(stack, run_id).status == "cancelled"
+
+
+@pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_wait_agent", SliceSeconds="600")
+async def test_a_chat_run_that_parks_in_the_chat_functions_own_slice_streams_on_to_its_finish(stack: MotoStack) -> None:
+    post, response, _ = await started_post(chat_app(stack))
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(lambda: parked_token(stack, run_id) is not None, "the run to park in AwaitEvent")
+    await wait_for(lambda: "data-wait" in types(response.chunks()), "the client to see the wait")
+    event = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/events/build-done")
+    event["body"] = json.dumps({"status": "green"})
+    delivered = await call(chat_app(stack), event)
+    assert delivered.status == 202, delivered.body
+    await finish(post)  # the POST's stream followed the parked run to its finish
+    chunks = response.chunks()
+    assert types(chunks).count("finish") == 1 and types(chunks)[-1] == "finish"
+    assert chunks == log_of(stack, run_id)
+    [result] = [c for c in chunks if c["type"] == "tool-output-available"]
+    assert result["output"] == {"build": "b-1", "status": "green"}
+    # The chat function parked it; the slice function ran only to park it in AwaitEvent, then the
+    # slice the event woke.
+    assert [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)] == ["awaiting_event", "finished"]
