@@ -7,8 +7,9 @@ kept as a second row. Each turn is a tool loop: every step streams text deltas a
 
 1. **Overhead per step** (issue 20): the same turn run in memory (``agent.generate()``, nothing
    durable) and durably, on the local kit's storage (SQLite + file log, 10 ms group commit,
-   burst 2, as ``build_local_kit``) and on the DynamoDB adapters under moto (70 ms group commit,
-   the deployed chat function's); ABBA-interleaved rounds; (durable - memory) / steps. Where it
+   burst 2, as ``build_local_kit``; one store and log for all the turns, as a server keeps them)
+   and on the DynamoDB adapters under moto (70 ms group commit, the deployed chat function's); every
+   turn on one event loop; ABBA-interleaved rounds; (durable - memory) / steps. Where it
    goes: the time inside storage calls per step (each store/log method timed), the rest, and the
    storage round trips per step. DynamoDB write units per step are computed from the item sizes
    as DynamoDB bills them (``RequestMeter``: 1 KB units, transactions twice).
@@ -147,6 +148,12 @@ class Arms:
         self.calls: dict[str, Counter[str]] = {"local": Counter(), "dynamodb": Counter()}
         self.meter = RequestMeter()
         self.turns = 0
+        # As a server runs: one event loop (and its worker threads) and one local store and log for
+        # every turn, so a turn's figures hold no database creation, connection or thread start.
+        self.loop = asyncio.Runner()
+        self.local_timer = StorageTimer()
+        self.local_store = self.local_timer.attach(SqliteCheckpointStore(root / "runs.sqlite3"), "store")
+        self.local_log = self.local_timer.attach(FileChunkLog(root / "chunks"), "log")
 
     def run(self, arm: str, counted: bool) -> None:
         """One turn of ``arm``."""
@@ -155,18 +162,17 @@ class Arms:
         if arm == "memory":
             coro: Any = agent.generate(messages=user_turn())
         elif arm == "local":
-            folder = self.root / f"t{time.monotonic_ns()}"
-            folder.mkdir()
-            store = timer.attach(SqliteCheckpointStore(folder / "runs.sqlite3"), "store")
-            log = timer.attach(FileChunkLog(folder / "chunks"), "log")
-            coro = drive(Runner(agent, store, log, flush_interval=0.01, flush_burst=2), user_turn())
+            timer = self.local_timer
+            timer.seconds, timer.calls = 0.0, Counter()
+            runner = Runner(agent, self.local_store, self.local_log, flush_interval=0.01, flush_burst=2)
+            coro = drive(runner, user_turn())
         else:
             ddb, s3 = self.aws.clients(meter=self.meter if counted else None)
             store = timer.attach(self.aws.store(ddb, s3), "store")
             log = timer.attach(self.aws.log(ddb, s3), "log")
             coro = drive(Runner(agent, store, log, flush_interval=DEPLOYED_FLUSH), user_turn())
         began, cpu = time.perf_counter(), time.process_time()
-        asyncio.run(coro)
+        self.loop.run(coro)
         if counted:
             self.seconds[arm].append(time.perf_counter() - began)
             self.cpu[arm].append(time.process_time() - cpu)
@@ -186,6 +192,7 @@ def overhead(name: str, make_agent: Callable[[], Any], steps: int, rounds: int) 
         for r in range(rounds):
             for arm in order if r % 2 == 0 else order[::-1]:
                 arms.run(arm, counted=True)
+        arms.loop.close()
         requests = list(arms.meter.requests)
     base = median(arms.seconds["memory"])
     out: dict[str, Any] = {"name": name, "memory_ms": base * 1000 / steps}

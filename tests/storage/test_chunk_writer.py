@@ -229,6 +229,61 @@ async def test_a_failed_append_breaks_the_writer() -> None:
     assert commits.counts == [(RUN, 1)]
 
 
+async def test_flush_then_runs_the_call_after_the_append_in_the_same_worker_trip() -> None:
+    log = GatedLog(open_gate=True)
+    writer = ChunkWriter(log, RUN, epoch=0, start=0, flush_interval=60)
+    writer.write("a")
+    assert await writer.flush() == 1  # the pace's credit is spent: the next flush is urged, not earned
+    writer.write("b")
+    writer.write("c")
+    seen: list[tuple[list[str], str]] = []
+
+    def call() -> str:
+        seen.append((log.inner.read(RUN, 0), threading.current_thread().name))
+        return "saved"
+
+    async with asyncio.timeout(5):
+        assert await writer.flush_then(call) == "saved"
+    appended_in = log.calls[-1]
+    assert appended_in == (1, ["b", "c"])
+    assert seen[0][0] == ["a", "b", "c"]  # the call saw every chunk durable
+    assert seen[0][1] != threading.current_thread().name  # in the worker thread, not the loop's
+
+
+async def test_flush_then_with_nothing_buffered_still_runs_the_call() -> None:
+    writer = ChunkWriter(GatedLog(open_gate=True), RUN, epoch=0, start=0)
+    assert await writer.flush_then(lambda: 7) == 7
+
+
+async def test_a_failed_append_fails_flush_then_and_its_call_never_runs() -> None:
+    log = GatedLog(open_gate=True)
+    log.fail_at = 0
+    writer = ChunkWriter(log, RUN, epoch=0, start=0, flush_interval=60)
+    writer.write("a")
+    ran: list[int] = []
+    async with asyncio.timeout(5):
+        with pytest.raises(StorageError, match="injected"):
+            await writer.flush_then(lambda: ran.append(1))
+    assert ran == []
+    assert isinstance(writer.error, StorageError)
+
+
+async def test_the_calls_own_error_reaches_its_caller_and_the_writer_goes_on() -> None:
+    log = GatedLog(open_gate=True)
+    writer = ChunkWriter(log, RUN, epoch=0, start=0, flush_interval=0)
+    writer.write("a")
+
+    def fenced() -> None:
+        raise FencedError("the run moved on")
+
+    with pytest.raises(FencedError):
+        await writer.flush_then(fenced)
+    assert writer.error is None
+    writer.write("b")
+    assert await writer.flush() == 2
+    assert log.inner.read(RUN, 0) == ["a", "b"]
+
+
 class Crash(BaseException):
     """An abrupt death that no ``except Exception`` handles."""
 

@@ -39,6 +39,13 @@ def test_numbers_and_booleans_keep_their_json_types() -> None:
     assert dumps(roundtrip(old, new)) == dumps(new)
 
 
+def test_a_grown_history_whose_equal_looking_prefix_changed_json_type_keeps_it() -> None:
+    # ``==`` finds the prefix equal (1 == 1.0 == True); the delta must still carry the new types.
+    old = {"messages": [{"n": 1}, {"text": "x" * 200}, {"flag": True}]}
+    new = {"messages": [{"n": 1.0}, {"text": "x" * 200}, {"flag": 1}, {"text": "added"}]}
+    assert dumps(roundtrip(old, new)) == dumps(new)
+
+
 def test_random_edits_round_trip() -> None:
     rng = random.Random(7)
 

@@ -153,9 +153,27 @@ def usage_of(pair: tuple[int, int]) -> hp.Usage:
     return hp.Usage(input_tokens=hp.InputTokens(total=pair[0]), output_tokens=hp.OutputTokens(total=pair[1]))
 
 
+RECENT_MESSAGES = 2
+"""The last messages :func:`dump_state` always serializes again: the turn still adds to them (the
+step's assistant message, the tool message of an approval step); older ones are never changed."""
+
+
 def dump_state(state: LoopTurnState) -> dict[str, Any]:
-    """The turn state as the JSON-ready dict a boundary carries."""
-    return state.model_dump(mode="json", by_alias=True)
+    """The turn state as the JSON-ready dict a boundary carries.
+
+    Incremental: the JSON of a message older than the last :data:`RECENT_MESSAGES` is reused from
+    the previous dump while it is the same message object at the same place, so a checkpoint does
+    not serialize the whole history again (equal to ``state.model_dump(mode="json", by_alias=True)``).
+    """
+    messages, cached = state.messages, state._dumped
+    keep = 0
+    limit = min(len(cached), len(messages) - RECENT_MESSAGES)
+    while keep < limit and cached[keep][0] is messages[keep]:
+        keep += 1
+    fresh = [(m, m.model_dump(mode="json", by_alias=True)) for m in messages[keep:]]
+    state._dumped = cached = cached[:keep] + fresh
+    rest = state.model_dump(mode="json", by_alias=True, exclude={"messages"})
+    return {"messages": [dumped for _, dumped in cached], **rest}
 
 
 def is_empty_part(part: Any) -> bool:

@@ -383,8 +383,11 @@ class ToolLoopAgent:
             runnable = list(state.step_calls)
         async for item in self.runner.run_step(state, runnable):
             if isinstance(item, Recorded):
-                # With no other tool running, the step's end (next) carries these results.
-                yield hi.Checkpoint(dump_state(state), deferrable=not item.others_running)
+                # With no other tool running, the step's end follows with no side effect in between
+                # and its checkpoint carries these results: no checkpoint (nor its fence read) here.
+                # (Parked calls count as running: their waits are in this checkpoint.)
+                if item.others_running:
+                    yield hi.Checkpoint(dump_state(state))
             elif isinstance(item, Parked):
                 yield hi.Wait(item.waits)  # after the Recorded checkpoint that holds the waits
                 return

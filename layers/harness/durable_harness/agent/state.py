@@ -94,6 +94,11 @@ class LoopTurnState(BaseModel):
     """The recorded steps and waits of the current step's tool calls, by tool call id
     (:mod:`durable_harness.agent.durable`)."""
 
+    _dumped: list[tuple[ModelMessage, dict[str, Any]]] = PrivateAttr(default_factory=list)
+    """The JSON of ``messages`` at the last :func:`~durable_harness.agent.calls.dump_state`, by
+    message object: a message that is not the last ones is never changed again, so its JSON is
+    made once (a checkpoint's cost does not grow with the history)."""
+
     _events: Any = PrivateAttr(default=None)
     """The run's events (``RunEvents``) for this slice; None outside a durable run."""
     _turn_ends: bool | None = PrivateAttr(default=None)

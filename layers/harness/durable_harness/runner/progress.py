@@ -65,9 +65,9 @@ class SliceProgress:
             await self._write(self._snapshot(turn))
             return
         # As a write would: the chunks so far are durable (the log's fence checked) before the
-        # harness goes on, and nothing is in flight while the store is asked.
-        await self.writer.flush()
-        current = await asyncio.to_thread(self.store.version, self.cp.run_id)
+        # harness goes on, and nothing is in flight while the store is asked (one worker trip).
+        run_id = self.cp.run_id
+        current = await self.writer.flush_then(lambda: self.store.version(run_id))
         if current != self.cp.version:
             raise FencedError(f"run {self.cp.run_id!r}: expected version {self.cp.version}, found {current}")
         if self.grace is None:
@@ -120,5 +120,6 @@ class SliceProgress:
         await self._write(record)
 
     async def _write(self, record: Checkpoint) -> None:
-        await self.writer.flush()
-        self.cp = await asyncio.to_thread(self.store.save, record, self.cp.version)
+        # The chunks first, then the record that covers them, in one worker trip (no pacing wait).
+        expected = self.cp.version
+        self.cp = await self.writer.flush_then(lambda: self.store.save(record, expected))

@@ -123,10 +123,7 @@ def _diff(old: Any, new: Any, path: list[Any], ops: list[Any]) -> None:
                 _diff(old[key], value, [*path, key], ops)
         return
     if type(old) is list and type(new) is list:
-        shared = min(len(old), len(new))
-        p = 0
-        while p < shared and _same(old[p], new[p]):
-            p += 1
+        p = _shared_prefix(old, new)
         if p == len(old) == len(new):
             return
         # The last element changed in place (a message that grew): patch it, then append the rest.
@@ -139,6 +136,25 @@ def _diff(old: Any, new: Any, path: list[Any], ops: list[Any]) -> None:
         return
     if not _same(old, new):
         ops.append(["s", path, new])
+
+
+def _shared_prefix(old: list[Any], new: list[Any]) -> int:
+    """How many leading elements ``old`` and ``new`` have the same (as :func:`_same` tells).
+
+    The elements are compared with ``==`` and the prefix found is then checked as one text each
+    way: two C-level serializations per list instead of two per element (a history of a thousand
+    messages is one list). Only when ``==`` was fooled (1, 1.0, true) is it walked element by element.
+    """
+    shared = min(len(old), len(new))
+    p = 0
+    while p < shared and (old[p] is new[p] or old[p] == new[p]):
+        p += 1
+    if p == 0 or dumps(old[:p]) == dumps(new[:p]):
+        return p
+    q = 0
+    while q < p and _same(old[q], new[q]):
+        q += 1
+    return q
 
 
 def patch(value: Any, ops: Iterable[Any]) -> Any:

@@ -29,12 +29,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any, TypeVar
 
 from ..errors import StorageError
 from ..ports import ChunkLog
 from .memory import check_chunks
 
 __all__ = ["MAX_BACKOFF", "ChunkWriter"]
+
+T = TypeVar("T")
 
 MAX_BACKOFF = 16
 """The most the pace slows down under pressure: ``flush_interval`` times this (1.6 s at 0.1 s)."""
@@ -93,6 +96,9 @@ class ChunkWriter:
         self._task: asyncio.Task[None] | None = None
         self._urgent = asyncio.Event()  # a flush() caller is waiting: skip the interval
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        # flush_then(): the storage call to run in the worker thread right after the append that
+        # makes ``target`` durable (one thread hop and no pacing wait for a step boundary).
+        self._then: tuple[int, Callable[[], Any], asyncio.Future[Any]] | None = None
 
     @property
     def run_id(self) -> str:
@@ -149,6 +155,26 @@ class ChunkWriter:
         self._urgent.set()
         self._ensure_task()
         return await future
+
+    async def flush_then(self, call: Callable[[], T]) -> T:
+        """Flush at once, then run ``call`` (a blocking storage call) in the worker thread; its result.
+
+        What a step boundary does: the chunks so far made durable, then the checkpoint written (or
+        the run's version read), in that order. When chunks are buffered, ``call`` runs in the same
+        worker-thread trip as their append, right after it, so the boundary costs one trip and no
+        wait for ``flush_interval``. ``call`` runs only once the append succeeded; its own error is
+        raised here and does not break the writer (the chunks are durable whatever it does).
+        """
+        self._raise_if_broken()
+        if not self._buffer or self._then is not None:
+            await self.flush()
+            return await asyncio.to_thread(call)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._then = (self.end, call, future)
+        self._urgent.set()
+        self._ensure_task()
+        result: T = await future
+        return result
 
     async def close(self) -> int:
         """Flush, then stop the background task; returns the committed count. Idempotent."""
@@ -220,7 +246,12 @@ class ChunkWriter:
         self._earn(loop.time())
         self._credit = max(0.0, self._credit - 1)  # an urged flush spends what there is
         start = self._committed
-        count = await asyncio.to_thread(self._log.append, self._run_id, start, batch, self._epoch)
+        # The flush_then() call this append covers; it stays in _then until answered, so that a
+        # failed append fails its caller too (_fail).
+        then = self._then if self._then is not None and self._then[0] <= start + len(batch) else None
+        if then is not None and then[2].done():  # its caller was cancelled: the call must not run
+            self._then = then = None
+        count, value, error = await asyncio.to_thread(self._append_then, start, batch, then)
         if count != start + len(batch):
             raise StorageError(f"run {self._run_id!r}: append of {len(batch)} chunks at {start} reported count {count}")
         self._inflight = 0
@@ -236,6 +267,25 @@ class ChunkWriter:
             if target <= count and not future.done():
                 future.set_result(count)
         self._waiters = [(t, f) for t, f in self._waiters if not f.done()]
+        if then is not None:
+            self._then = None
+        if then is not None and not then[2].done():
+            if error is not None:
+                then[2].set_exception(error)
+            else:
+                then[2].set_result(value)
+
+    def _append_then(
+        self, start: int, batch: list[str], then: tuple[int, Callable[[], Any], asyncio.Future[Any]] | None
+    ) -> tuple[int, Any, BaseException | None]:
+        """In the worker thread: the append, then (if it went through) a ``flush_then`` call."""
+        count = self._log.append(self._run_id, start, batch, self._epoch)
+        if then is None or count != start + len(batch):
+            return count, None, None
+        try:
+            return count, then[1](), None
+        except Exception as exc:  # the call's own failure, for its caller: the chunks are durable
+            return count, None, exc
 
     def _adjust_pace(self) -> None:
         """Back off after an append the log had to retry; come back after one it did not."""
@@ -252,6 +302,9 @@ class ChunkWriter:
         self._error = exc
         self._buffer.clear()
         self._inflight = 0
+        then, self._then = self._then, None
+        if then is not None and not then[2].done():
+            then[2].set_exception(exc)
         for _, future in self._waiters:
             if not future.done():
                 future.set_exception(exc)
