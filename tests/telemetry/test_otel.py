@@ -55,8 +55,9 @@ async def test_a_run_with_tools_is_one_trace_of_slices_steps_model_and_tool_call
     every = list(memory.get_finished_spans())
     slices = of_kind(every, "invoke_agent")
 
-    # One span per slice, all in the run's trace, numbered in order.
-    assert len(slices) == state.slices >= 2
+    # One span per slice, all in the run's trace, numbered in order. A harness program goes on
+    # after `stop` to its next slice point (issue 18), so its two-step turn may fit in one slice.
+    assert len(slices) == state.slices >= (1 if scenario.name == "process" else 2)
     assert {s.context.trace_id for s in every} == {run_trace_id(state.run_id)}
     assert [s.attributes["durable_harness.slice.number"] for s in slices] == list(range(1, state.slices + 1))
     for s in slices:

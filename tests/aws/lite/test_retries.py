@@ -33,7 +33,7 @@ from botocore.exceptions import (
 from durable_harness.aws.lite._transport import Credentials
 from durable_harness.aws.lite.dynamodb import DynamoDBClient
 
-READ_TIMEOUT = 0.3
+READ_TIMEOUT = 1.5  # well above a loaded machine's loopback reply, well below the 5 s stall
 OK = json.dumps({"Item": {"pk": {"S": "a"}}}).encode()
 
 
