@@ -135,7 +135,8 @@ def edge_resume(agent: Any, store: Any, log: Any, run: str) -> list[str]:
     service = ChatService(Runner(agent, store, log), orchestrator=None)  # type: ignore[arg-type]
 
     async def go() -> list[str]:
-        start, _, first = await service.stream_start(run, -5, "bench")
+        began = await service.stream_start(run, -5, "bench")
+        start, first = began.start, began.first
         async for batch in service.follow(run, start, first):
             return batch or []
         return []

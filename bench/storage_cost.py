@@ -183,7 +183,7 @@ async def whole_run(
 
     follower = asyncio.create_task(follow())
     s0 = time.monotonic()
-    _, final = await run_slice(slice_runner, state.run_id, 600.0)
+    _, final = await run_slice(slice_runner, state.run_id, 600.0, None)  # no waits in this run
     slice_seconds = time.monotonic() - s0
     await follower
     stream_seconds = time.monotonic() - t0
