@@ -36,6 +36,8 @@ class Response:
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    disconnect_seen: bool = False
+    """The app has received ``http.disconnect`` (what it sends after that, a gone client never gets)."""
 
     def chunks(self) -> list[dict[str, Any]]:
         """The UI message chunks of an SSE body ([DONE] and comments skipped)."""
@@ -101,6 +103,7 @@ async def call(
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
         await gone.wait()  # the client stays connected until the test says otherwise
+        response.disconnect_seen = True
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:

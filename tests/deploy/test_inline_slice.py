@@ -268,9 +268,13 @@ async def test_a_client_that_drops_mid_stream_changes_nothing(stack: MotoStack) 
     post, response, dropped = await started_post(chat_app(stack))
     run_id = response.headers["x-workflow-run-id"]
     await wait_for(agents.CONTROL.entered_gate.is_set, "step 2 to start")
+    # Step 1's last chunks were written before step 2 began but may still be on their way out:
+    # the client leaves once it has them, and step 2 goes on only once the app has seen it leave.
+    await wait_for(lambda: types(response.chunks())[-1:] == ["finish-step"], "step 1's end to reach the client")
     dropped.set()
-    await wait_for(lambda: "finish" not in types(response.chunks()) and post.done() is False, "the drop")
+    await wait_for(lambda: response.disconnect_seen, "the app to see the client leave")
     seen = response.chunks()
+    assert "finish" not in types(seen) and not post.done()
     gate.set()
     await finish(post)  # the response (the invocation) lasts until the slice is done
     assert state_of(stack, run_id).status == "finished"  # ...which ran to its end all the same
