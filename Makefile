@@ -102,9 +102,15 @@ test-python: setup
 test-node: setup node-setup
 	cd tests/node && PYTHON=$(CURDIR)/$(PY) npm test
 
+# Under Python 3.12 (the functions' and the AgentCore bridge's runtime): the tests of the code that runs
+# there, the handlers and adapters under moto and the core they load. The local kit's own suites
+# (server, harness sessions, terminal, reliability, security) run once, under the default Python.
+PY312_TESTS := tests/deploy tests/aws tests/agent tests/runner tests/storage tests/protocol tests/models \
+	tests/telemetry tests/waits tests/harness/test_bridge.py tests/test_docs.py
 test-python312:
 	@if [ -z "$(PYTHON312)" ]; then echo "python3.12 not found; skipping the 3.12 run"; else \
-	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && .venv312/bin/pytest -q -p no:cacheprovider; fi
+	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && \
+	  .venv312/bin/pytest -q -p no:cacheprovider $(PY312_TESTS); fi
 
 clean:
 	rm -rf .venv .venv312 .data tests/node/node_modules web/node_modules tests/browser/node_modules $(NEXTJS)/node_modules $(NEXTJS)/.next $(STATIC) tests/artifacts .pytest_cache .mypy_cache .ruff_cache
