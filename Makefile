@@ -152,14 +152,14 @@ deploy-checks: sam-setup web
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
 	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache
 
-# --- Deploying (README "Deploying"): python3.12 found, `sam build`, then `sam deploy --guided` the
+# --- Deploying (docs/deploying.md): python3.12 found, `sam build`, then `sam deploy --guided` the
 # first time (no Region recorded in samconfig.toml yet) or `sam deploy`, with .venv-sam's SAM CLI.
 #   make deploy [GUIDED=1] [DRY_RUN=1]     DRY_RUN prints the commands instead of running them
 .PHONY: deploy
 deploy: sam-setup web
 	PYTHON312="$(PYTHON312)" $(SAM_VENV)/bin/python scripts/deploy.py $(if $(DRY_RUN),--dry-run) $(if $(GUIDED),--guided)
 
-# --- The check of a deployed stack: what a user tries first (README "Deploying") ----------------
+# --- The check of a deployed stack: what a user tries first (docs/deploying.md) ----------------
 #   make check-deploy URL=https://<id>.lambda-url.<region>.on.aws TOKEN=<bearer token>
 # TOKEN goes through the environment (CHAT_TOKEN), not the command line; APPROVAL_PROMPT names a
 # turn that asks for a tool approval (my_agent: "Save a note: hello").
