@@ -53,6 +53,7 @@ ignores_stop = faulty("ignore-stop")
 invalid_output = faulty("invalid-output")
 exits_early = faulty("exit-early")
 orphan = misbehaving("orphan")
+session_steps = misbehaving("session-steps")
 environ = misbehaving("environ")
 
 
@@ -67,5 +68,5 @@ def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
 
 __all__ = [
     "environ", "example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kill_mid_step", "kills_mid_step",
-    "misbehaving", "orphan", "persistent",
+    "misbehaving", "orphan", "persistent", "session_steps",
 ]  # fmt: skip
