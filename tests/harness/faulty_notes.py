@@ -12,7 +12,8 @@
 * ``invalid-output``: the first line written is not JSON;
 * ``exit-early``: once per run, the program exits 0 after the first step without ``finish``.
 
-The program is the example's own code; only its output and stop handling are wrapped. ``DIR``
+The program is the example's own code; only its output and stop handling are wrapped (with
+``--persistent`` after DIR it is the example's persistent-session program, the run its first turn's). ``DIR``
 (default: the temporary folder) holds the marker files.
 """
 
@@ -48,7 +49,10 @@ class _Tap:
         return line
 
     def __iter__(self) -> Any:
-        return iter(self.inner)
+        for line in self.inner:  # (a persistent session reads every line so)
+            if not _first and line:
+                _first.update(json.loads(line))
+            yield line
 
 
 def fault_file(run_id: str, kind: str) -> Path:
