@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from durable_harness.aws.lite import _client
 from durable_harness.harness.bridge import transport
-from durable_harness.harness.bridge.agentcore import RUNTIME_ARN_ENV, runtime_session_id
+from durable_harness.harness.bridge.agentcore import RUNTIME_ARN_ENV, AgentCoreConnection, runtime_session_id
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.protocol.assemble import assemble_ui_message
 from durable_harness.runner.runner import Runner
@@ -233,8 +233,11 @@ async def test_a_session_lost_before_the_turns_first_checkpoint_fails_the_run_wi
         lost = lose_between_slices(stack, emulator, lambda turn: turn.get("program") is None and bool(
             turn["session"]["bootId"]))  # fmt: skip
         response = await call(app, post, timeout=120)
-    assert response.status == 200, response.body
-    run_id = response.headers["x-workflow-run-id"]
+        assert response.status == 200, response.body
+        run_id = response.headers["x-workflow-run-id"]
+        # Nothing was started in the new microVM: a program there would run with no turn to serve.
+        status = await AgentCoreConnection.from_env(state_of(stack, run_id).session_id).status()
+        assert (status["bootId"], status["running"]) == (None, False)
     chunks = response.chunks()
     assert len(lost) == 1 and chunks == log_of(stack, run_id)
     names = types(chunks)
