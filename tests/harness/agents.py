@@ -65,6 +65,7 @@ ignores_stop = faulty("ignore-stop")
 invalid_output = faulty("invalid-output")
 exits_early = faulty("exit-early")
 orphan = misbehaving("orphan")
+session_steps = misbehaving("session-steps")
 environ = misbehaving("environ")
 
 
@@ -80,5 +81,5 @@ def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
 __all__ = [
     "destroys_on_finish", "environ", "example", "exits_early", "faulty", "idles_out", "ignores_stop", "invalid_output",
     "kill_mid_step", "kills_mid_step", "misbehaving", "orphan", "persistent", "recorded_session",
-    "session_kills_mid_step",
+    "session_kills_mid_step", "session_steps",
 ]  # fmt: skip
