@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from ..errors import ProtocolError, UnknownPartTypeError
-from .wire import RARE, JSONValue, ProviderMetadata, WireModel
+from ..wire import RARE, JSONValue, ProviderMetadata, WireModel
 
 # --- the strict base ------------------------------------------------------------------------------
 

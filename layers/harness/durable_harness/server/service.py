@@ -30,12 +30,12 @@ from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
 from ..ports import Checkpoint, CommitCadence, Orchestrator, RunSummary, read_summary
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
-from ..protocol.wire import compact_json
 from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
 from ..runner.state import RunState, pending_json, state_of, waits_json
 from ..storage.health import StorageHealth
 from ..telemetry.costs import DeployedFunctions, estimate_run_cost, run_record
+from ..wire import compact_json
 from .notifier import CommitSignal
 from .resume import FINISH_PREFIX as _FINISH_PREFIX
 from .resume import StreamStart, stream_start
