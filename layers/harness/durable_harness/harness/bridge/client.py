@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 
 from ...protocol.sse import SSEParser
+from ..programs import program_env
 from . import registry
 from .app import DEFAULT_GRACE_SECONDS, DEFAULT_IDLE_SECONDS, SECRET_HEADER, SESSION_HEADER
-from .program import minimal_env
 
 START_TIMEOUT_SECONDS = 30.0
 ATTACH_READ_TIMEOUT_SECONDS = 75.0
@@ -289,7 +289,7 @@ async def _launch(
     with open(folder / "bridge.log", "ab") as stderr:
         proc = subprocess.Popen(  # our own module, no shell
             [*argv, "--", *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-            env=minimal_env(pass_names=("PYTHONPATH", *pass_env)), start_new_session=True, close_fds=True,
+            env=program_env(dict.fromkeys(("PYTHONPATH", *pass_env))), start_new_session=True, close_fds=True,
         )  # fmt: skip
     _launched.append(proc)
     assert proc.stdin is not None and proc.stdout is not None
