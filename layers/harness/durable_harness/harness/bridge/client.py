@@ -320,15 +320,3 @@ async def _launch(
         raise BridgeError(f"the bridge for session {session_id} did not start: {tail.strip() or 'no output'}")
     return BridgeConnection(record.url, secret, session_id, pid=proc.pid)
 
-
-__all__ = [
-    "Attachment",
-    "BridgeConnection",
-    "BridgeError",
-    "NumberedLine",
-    "ProgramNotRunningError",
-    "SessionCommands",
-    "SessionLostError",
-    "find",
-    "find_or_start",
-]
