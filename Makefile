@@ -92,6 +92,7 @@ test-nextjs: setup chromium tests/browser/node_modules/.installed nextjs-build
 
 lint: setup
 	$(VENV)/bin/ruff check layers functions tests bench examples scripts
+	$(VENV)/bin/lint-imports --no-cache  # the layers and acyclic contracts in pyproject.toml
 
 typecheck: setup
 	$(VENV)/bin/mypy

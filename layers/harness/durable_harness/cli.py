@@ -83,11 +83,11 @@ def _local_approval_secret(data_dir: str) -> None:
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from .agent.pool import tool_threads
     from .errors import AgentConfigError, HarnessError
     from .hardening import deny_proc_reads
     from .server.auth import authenticator_from_env
     from .server.local import build_local_kit
+    from .tools.pool import tool_threads
 
     deny_proc_reads()  # harness programs and tools' subprocesses cannot read our environment or memory
     try:

@@ -141,6 +141,20 @@ class CommitCadence(Protocol):
         ...
 
 
+@runtime_checkable
+class RetriedAppends(Protocol):
+    """A chunk log that tells whether a run's last append had to be retried (optional).
+
+    DynamoDB throttles a partition under pressure; the chunk writer
+    (:class:`~durable_harness.storage.writer.ChunkWriter`) backs off its pace while appends are
+    retried. A log without it keeps the writer's pace as it is.
+    """
+
+    def retried(self, run_id: str) -> bool:
+        """Whether the run's last append by this object had to be retried."""
+        ...
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What a run record says about a run without its state: who owns it and where it is."""

@@ -1,6 +1,6 @@
 """Durable waits of tools (decision D16): external events, their signed URLs, and the event book.
 
-A tool waits through its :class:`~durable_harness.agent.tools.ToolContext` (``wait_for_event``,
+A tool waits through its :class:`~durable_harness.tools.ToolContext` (``wait_for_event``,
 ``sleep``); the run then parks in status ``awaiting_event`` with nothing running. This module holds
 what the runner and the HTTP API share about it:
 
@@ -27,7 +27,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .approvals import ApprovalSecret
 from .errors import InvalidRequestError, RunExistsError, RunNotFoundError, ToolError
@@ -136,6 +136,19 @@ class Delivery:
     def to_json(self) -> dict[str, Any]:
         """The API's answer about this delivery."""
         return {"runId": self.run_id, "name": self.name, "outcome": self.outcome, "deliveredAt": self.delivered_at}
+
+
+@runtime_checkable
+class RunEvents(Protocol):
+    """The run's external events, as the runner gives them to a turn (blocking calls: storage)."""
+
+    def event(self, name: str) -> Delivery | None:
+        """The run's event ``name`` (its ``payload``) if it was delivered, else None."""
+        ...
+
+    def url(self, tool_call_id: str, name: str, expires_at: float) -> str:
+        """A signed URL that accepts the event ``name`` for this run and call, until ``expires_at``."""
+        ...
 
 
 class EventBook:

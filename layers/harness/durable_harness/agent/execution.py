@@ -28,10 +28,10 @@ from ..messages import (
 )
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolOutputErrorChunk, UIMessageChunk
+from ..tools import Tool, ToolContext
+from ..tools.durable import DurableCall
 from ..waits import ParkTool, WaitSpec
-from .durable import DurableCall
 from .state import LoopTurnState, StepCall, StepOutcome
-from .tools import Tool, ToolContext
 
 Emit = hp.HarnessStreamPart | UIMessageChunk
 Hook = Callable[[str, Any], Any]

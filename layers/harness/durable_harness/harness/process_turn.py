@@ -17,7 +17,7 @@ from ..errors import AgentConfigError, ProtocolError, RetryableError
 from ..protocol import harness_parts as hp
 from .hosttools import HostCall, HostTools
 from .interface import Checkpoint, ContinueTurn, HarnessEvent, StartTurn, TurnRequest
-from .programs import end_group
+from .programs import end_group, log_stderr, spawn
 
 if TYPE_CHECKING:
     from .process import ProcessHarness
@@ -309,20 +309,11 @@ class ProcessTurn:
         # program starts the same step.
         await harness.registry.end_orphan(self.request.run_id)
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *harness.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=harness.cwd,
-                env=harness.child_env(),
-                limit=MAX_LINE_BYTES,
-                start_new_session=True,  # its own process group: one killpg ends it and what it forked
-            )
+            self.proc = await spawn(harness.command, harness.cwd, harness.child_env(), limit=MAX_LINE_BYTES)
         except OSError as exc:
             raise AgentConfigError(f"cannot start the harness program {harness.command[0]!r}: {exc}") from exc
         harness.registry.record(self.request.run_id, self.proc.pid)
-        self.stderr_task = asyncio.get_running_loop().create_task(_log_stderr(self.proc))
+        self.stderr_task = asyncio.get_running_loop().create_task(log_stderr(self.proc, logger, "harness program"))
         return self.proc
 
     async def _send(self, obj: dict[str, Any]) -> None:
@@ -424,19 +415,6 @@ def _start_line(request: StartTurn) -> dict[str, Any]:
 def _program_state(state: Any) -> Any:
     """The program's own state inside a ProcessHarness checkpoint (another harness's as it is)."""
     return state.get("program") if isinstance(state, dict) and "program" in state else state
-
-
-async def _log_stderr(proc: asyncio.subprocess.Process) -> None:
-    """Every stderr line of the program goes to the log (never to the client)."""
-    assert proc.stderr is not None
-    while True:
-        try:
-            line = await proc.stderr.readline()
-        except (ValueError, asyncio.LimitOverrunError):
-            continue
-        if not line:
-            return
-        logger.info("harness program [%s] stderr: %s", proc.pid, line.decode("utf-8", "replace").rstrip())
 
 
 __all__ = ["MAX_LINE_BYTES", "PROTOCOL_VERSION", "HarnessExitedError", "HarnessIdleError", "ProcessTurn"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints, overload
@@ -28,7 +27,7 @@ from ..messages import ModelMessage
 from ..models.base import ToolDefinition
 from .durable import DurableCall
 from .pool import run_in_tool_thread
-from .schema import schema_errors, with_defaults
+from .schema import schema_errors, to_json_value, with_defaults
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 NeedsApproval = bool | Callable[[Any, "ToolContext"], "bool | Awaitable[bool]"]
@@ -40,7 +39,7 @@ class ToolContext:
     """What a tool (and a ``needs_approval`` function) may know about the call it serves.
 
     In a durable run an async tool also gets the durable primitives (decision D16;
-    :mod:`durable_harness.agent.durable`, which states the replay rule): :meth:`step`,
+    :mod:`durable_harness.tools.durable`, which states the replay rule): :meth:`step`,
     :meth:`wait_for_event`, :meth:`sleep` and :meth:`event_url`.
     """
 
@@ -181,21 +180,6 @@ def accepts_positional(function: Callable[..., Any], count: int) -> bool:
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
         return True
     return _positional_count(function) >= count
-
-
-def to_json_value(value: Any) -> Any:
-    """A JSON-compatible copy of a tool's output (pydantic models dumped, tuples as lists)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return json.loads(json.dumps(value, default=_default))
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    raise TypeError(f"tool output of type {type(value).__name__} is not JSON-serializable")
 
 
 @overload

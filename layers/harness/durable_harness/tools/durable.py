@@ -1,6 +1,6 @@
 """A tool call's durable primitives (decision D16): recorded steps, event waits, sleeps, event URLs.
 
-A tool reaches them through its :class:`~durable_harness.agent.tools.ToolContext`::
+A tool reaches them through its :class:`~durable_harness.tools.ToolContext`::
 
     @tool
     async def run_build(input: BuildInput, ctx: ToolContext) -> dict:
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ToolError
-from ..harness.interface import RunEvents
-from ..waits import DEFAULT_URL_SECONDS, ParkTool, WaitSpec, WaitTimeout, check_event_name
+from ..waits import DEFAULT_URL_SECONDS, ParkTool, RunEvents, WaitSpec, WaitTimeout, check_event_name
 from .pool import run_in_tool_thread
+from .schema import to_json_value
 
 
 class StepError(ToolError):
@@ -78,8 +78,6 @@ class DurableCall:
             if "error" in recorded:
                 raise StepError(recorded["error"])
             return recorded.get("result")
-        from .tools import to_json_value  # (tools imports this module)
-
         attempt = 0
         while True:
             try:
