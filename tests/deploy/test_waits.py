@@ -148,3 +148,32 @@ async def test_a_chat_run_that_parks_in_the_chat_functions_own_slice_streams_on_
     # The chat function parked it; the slice function ran only to park it in AwaitEvent, then the
     # slice the event woke.
     assert [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)] == ["awaiting_event", "finished"]
+
+
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", "k" * 40))
+@pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_wait_agent", SliceSeconds="600")
+async def test_the_chat_functions_own_slice_hands_out_absolute_event_urls_of_its_function_url(
+    stack: MotoStack,
+) -> None:
+    agents.CONTROL.hooks = hooks = []
+    with stack.function_env("ChatFunction") as env:
+        app = load_chat_app()
+    # Deployed, the function's environment names the secret all its life; here the process's is
+    # the function's only while the app is built, so the app keeps the ARN it was built with.
+    app.service.runner.approval_secret.secret_id = env["TOOL_APPROVAL_SECRET_ARN"]
+    post, response, _ = await started_post(app)
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(lambda: parked_token(stack, run_id) is not None, "the run to park in AwaitEvent")
+    # The chat function ran the step that handed the URL out (the slice function only parked it).
+    assert [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)] == ["awaiting_event"]
+    [hook] = hooks
+    origin = "https://" + sample_event("chat-post.json")["headers"]["host"]  # the Function URL's domain
+    assert hook.startswith(f"{origin}/hooks/events/"), hook
+    event = with_path(sample_event("chat-post.json"), hook.removeprefix(origin))
+    event["headers"].pop("authorization", None)  # the token in the URL is the only credential
+    event["body"] = json.dumps({"status": "absolute"})
+    delivered = await call(app, event)
+    assert delivered.status == 202 and delivered.json()["outcome"] == "resumed", delivered.body
+    await finish(post)
+    [result] = [c for c in response.chunks() if c["type"] == "tool-output-available"]
+    assert result["output"] == {"build": "b-1", "status": "absolute"}
