@@ -177,3 +177,53 @@ async def test_the_chat_functions_own_slice_hands_out_absolute_event_urls_of_its
     await finish(post)
     [result] = [c for c in response.chunks() if c["type"] == "tool-output-available"]
     assert result["output"] == {"build": "b-1", "status": "absolute"}
+
+
+async def test_a_parked_execution_that_continues_as_new_still_takes_the_event(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one thing not real: the execution's age. Nothing makes one 300 days old here, so the
+    # slice function's first park reports it so (renew), as wait_of does for an old execution.
+    slices = stack.functions["SliceFunction"]
+    with stack.function_env("SliceFunction"):  # loaded as its first invocation would
+        slices.load_handler()
+    assert slices.module is not None
+    wait_of, renewed = slices.module.wait_of, []
+
+    def old_once(state: Any, **kwargs: Any) -> dict[str, Any] | None:
+        wait = wait_of(state, **kwargs)
+        if wait is not None and not renewed:
+            renewed.append(state.run_id)
+            return {**wait, "renew": True}
+        return wait
+
+    monkeypatch.setattr(slices.module, "wait_of", old_once)
+    run_id = start_run(stack, "Build acme.")
+    wait_until(lambda: parked_token(stack, run_id) is not None, what="the run to park in AwaitEvent")
+    first, second = sorted((e for e in stack.executions() if e["name"].startswith(run_id)),
+                           key=lambda e: e["startDate"])  # fmt: skip
+    assert renewed == [run_id] and second["name"].endswith("-c1") and second["status"] == "RUNNING"
+    assert first["status"] == "SUCCEEDED"  # "Continued": the first parked nowhere
+    entered = [e["stateEnteredEventDetails"]["name"] for e in stack.history(first["executionArn"])
+               if e["type"].endswith("StateEntered")]  # fmt: skip
+    assert entered[-4:] == ["Park", "NextGeneration", "ContinueAsNew", "Continued"]
+    assert "AwaitEvent" not in entered and state_of(stack, run_id).status == "awaiting_event"
+
+    with stack.function_env("ChatFunction"):
+        app = load_chat_app()
+    post = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/events/build-done")
+    post["body"] = json.dumps({"status": "after renewal"})
+    response = await call(app, post)
+    assert response.status == 202 and response.json()["outcome"] == "resumed", response.body
+    executions = stack.wait_for_executions(run_id, count=2)
+    assert [e["status"] for e in executions] == ["SUCCEEDED", "SUCCEEDED"]
+    assert state_of(stack, run_id).status == "finished"
+    # The first execution's slice parked the run; the new one's first slice found it not due and
+    # parked it in AwaitEvent; the event woke the next (the tool's step replayed, not run again).
+    statuses = [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)]
+    assert statuses == ["awaiting_event", "awaiting_event", "ready_for_next_step", "finished"]
+    assert agents.CONTROL.executions == {"start:acme": 1}
+    chunks = log_of(stack, run_id)
+    assert types(chunks).count("finish") == 1 and types(chunks)[-1] == "finish"
+    [result] = [c for c in chunks if c["type"] == "tool-output-available"]
+    assert result["output"] == {"build": "b-1", "status": "after renewal"}
