@@ -46,6 +46,11 @@ def misbehaving(mode: str, **options: Any) -> ProcessHarness:
     )
 
 
+waiting = ProcessHarness(
+    command=[sys.executable, str(HERE / "waiting_program.py")],
+    env={"WAIT_DIR": None, "WAIT_TIMEOUT": None, "NAP_SECONDS": None},
+)
+"""``waiting_program.py``: a program that waits for an event (or sleeps) over the wire."""
 persistent = session_agent(stop_grace_seconds=GRACE)
 """The example program in a persistent session (its bridges register in the server's data folder)."""
 kills_mid_step = faulty("kill-mid-step")
@@ -67,5 +72,5 @@ def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
 
 __all__ = [
     "environ", "example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kill_mid_step", "kills_mid_step",
-    "misbehaving", "orphan", "persistent",
+    "misbehaving", "orphan", "persistent", "waiting",
 ]  # fmt: skip
