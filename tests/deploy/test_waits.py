@@ -56,14 +56,21 @@ def assert_resumed(stack: MotoStack, run_id: str, slices_parked: int) -> list[di
     return chunks
 
 
-async def test_an_event_through_the_run_api_resumes_a_parked_run(stack: MotoStack) -> None:
-    run_id, parked = park(stack)
+async def post_event(stack: MotoStack, run_id: str, payload: Any) -> tuple[Any, dict[str, Any]]:
+    """POST ``build-done`` to the run API of a chat function (it resumes the parked run); the app
+    and the request, for a repeat."""
     with stack.function_env("ChatFunction"):
         app = load_chat_app()
     post = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/events/build-done")
-    post["body"] = json.dumps({"status": "green"})
+    post["body"] = json.dumps(payload)
     response = await call(app, post)
     assert response.status == 202 and response.json()["outcome"] == "resumed", response.body
+    return app, post
+
+
+async def test_an_event_through_the_run_api_resumes_a_parked_run(stack: MotoStack) -> None:
+    run_id, parked = park(stack)
+    app, post = await post_event(stack, run_id, {"status": "green"})
     chunks = assert_resumed(stack, run_id, parked)
     [result] = [c for c in chunks if c["type"] == "tool-output-available"]
     assert result["output"] == {"build": "b-1", "status": "green"}
@@ -209,12 +216,7 @@ async def test_a_parked_execution_that_continues_as_new_still_takes_the_event(
     assert entered[-4:] == ["Park", "NextGeneration", "ContinueAsNew", "Continued"]
     assert "AwaitEvent" not in entered and state_of(stack, run_id).status == "awaiting_event"
 
-    with stack.function_env("ChatFunction"):
-        app = load_chat_app()
-    post = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/events/build-done")
-    post["body"] = json.dumps({"status": "after renewal"})
-    response = await call(app, post)
-    assert response.status == 202 and response.json()["outcome"] == "resumed", response.body
+    await post_event(stack, run_id, {"status": "after renewal"})
     executions = stack.wait_for_executions(run_id, count=2)
     assert [e["status"] for e in executions] == ["SUCCEEDED", "SUCCEEDED"]
     assert state_of(stack, run_id).status == "finished"

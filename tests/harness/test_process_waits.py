@@ -7,7 +7,6 @@ runner over the memory store and log.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 
 from tests.harness import agents
 from tests.harness.support import SECRET
-from tests.support import log_chunks, message_of, user_message
+from tests.support import log_chunks, message_of, until_due, user_message
 
 
 @pytest.fixture
@@ -40,14 +39,6 @@ def start(runner: Runner, text: str) -> str:
 
 def effects(wait_dir: Path) -> list[str]:
     return (wait_dir / "effects.log").read_text().splitlines()
-
-
-async def until_due(runner: Runner, run_id: str) -> None:
-    for _ in range(600):  # until the deadline passes on the runner's clock (bounded: 30 s)
-        if runner.due(runner.load(run_id)):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the run never came due")
 
 
 def tool_output(log: MemoryChunkLog, run_id: str, tool: str) -> object:

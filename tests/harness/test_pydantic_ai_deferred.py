@@ -7,7 +7,6 @@ deterministic ``FunctionModel`` (no credentials).
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import Any
 
@@ -25,7 +24,7 @@ from pydantic_ai import messages as pm
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from tests.harness.support import SECRET
-from tests.support import log_chunks, message_of
+from tests.support import log_chunks, message_of, until_due
 
 
 def script(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
@@ -56,9 +55,22 @@ def harness(ledger: Counter[str], timeout: float | None = None) -> PydanticAIHar
 
 
 def make_runner(ledger: Counter[str], timeout: float | None = None) -> tuple[Runner, MemoryChunkLog]:
+    return runner_of(harness(ledger, timeout))
+
+
+def runner_of(agent: PydanticAIHarness) -> tuple[Runner, MemoryChunkLog]:
     log = MemoryChunkLog()
     secret = ApprovalSecret.from_value(SECRET)
-    return Runner(harness(ledger, timeout), MemoryCheckpointStore(), log, flush_interval=0, approval_secret=secret), log
+    return Runner(agent, MemoryCheckpointStore(), log, flush_interval=0, approval_secret=secret), log
+
+
+async def failure(agent: Agent[None, str]) -> str:
+    """The error text of the run of ``agent``, which must fail."""
+    runner, log = runner_of(PydanticAIHarness(agent))
+    run_id = start(runner)
+    assert (await runner.run(run_id)).status == "failed"
+    [error] = [c for c in log_chunks(log, run_id) if c["type"] == "error"]
+    return str(error["errorText"])
 
 
 def start(runner: Runner) -> str:
@@ -96,10 +108,7 @@ async def test_a_deferred_calls_timeout_is_its_result() -> None:
     run_id = start(runner)
     parked = await runner.run(run_id)
     assert parked.status == "awaiting_event" and parked.waits[0].deadline is not None
-    for _ in range(600):  # until the deadline passes on the runner's clock (bounded: 30 s)
-        if runner.due(runner.load(run_id)):
-            break
-        await asyncio.sleep(0.05)
+    await until_due(runner, run_id)
     assert (await runner.run(run_id)).status == "finished"
     output = tool_output(log, run_id, "build")
     assert output["timeout"] is True and "No event 'build-done' arrived within 0.2 s" in output["error"]
@@ -121,13 +130,7 @@ async def test_a_step_that_defers_a_call_and_asks_for_an_approval_fails_saying_s
         """Needs approval."""
         return "removed"
 
-    log = MemoryChunkLog()
-    runner = Runner(PydanticAIHarness(agent), MemoryCheckpointStore(), log, flush_interval=0,
-                    approval_secret=ApprovalSecret.from_value(SECRET))  # fmt: skip
-    run_id = start(runner)
-    assert (await runner.run(run_id)).status == "failed"
-    [error] = [c for c in log_chunks(log, run_id) if c["type"] == "error"]
-    assert "defers a call (CallDeferred) and asks for an approval" in error["errorText"]
+    assert "defers a call (CallDeferred) and asks for an approval" in await failure(agent)
 
 
 async def test_a_deferred_call_whose_metadata_names_no_valid_event_fails_the_run_saying_so() -> None:
@@ -143,10 +146,4 @@ async def test_a_deferred_call_whose_metadata_names_no_valid_event_fails_the_run
         """Runs at once."""
         return "looked"
 
-    log = MemoryChunkLog()
-    runner = Runner(PydanticAIHarness(agent), MemoryCheckpointStore(), log, flush_interval=0,
-                    approval_secret=ApprovalSecret.from_value(SECRET))  # fmt: skip
-    run_id = start(runner)
-    assert (await runner.run(run_id)).status == "failed"
-    [error] = [c for c in log_chunks(log, run_id) if c["type"] == "error"]
-    assert 'needs metadata["event"], a valid event name' in error["errorText"]
+    assert 'needs metadata["event"], a valid event name' in await failure(agent)

@@ -18,7 +18,7 @@ from durable_harness.agent.pool import set_tool_threads, tool_threads
 from durable_harness.agent.tools import ToolContext
 from durable_harness.waits import WaitTimeout
 
-from tests.support import log_chunks, message_of
+from tests.support import log_chunks, message_of, until_due
 from tests.waits.test_primitives import Build, make_runner, one_tool_agent, prompt, tool_part
 
 
@@ -59,14 +59,6 @@ def sync_build(effects: Path, threads: list[tuple[str, int]], *, timeout: float 
         return {"build": build["id"], "status": event["status"], "hook": build["hook"] == hook}
 
     return job
-
-
-async def until_due(runner: Any, run_id: str) -> None:
-    for _ in range(600):  # until the deadline passes on the runner's clock (bounded: 30 s)
-        if runner.due(runner.load(run_id)):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the run never came due")
 
 
 async def test_a_sync_tools_step_runs_once_in_its_own_thread_and_its_wait_parks_and_resumes(
