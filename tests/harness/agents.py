@@ -50,6 +50,11 @@ def misbehaving(mode: str, **options: Any) -> ProcessHarness:
     )
 
 
+waiting = ProcessHarness(
+    command=[sys.executable, str(HERE / "waiting_program.py")],
+    env={"WAIT_DIR": None, "WAIT_TIMEOUT": None, "NAP_SECONDS": None},
+)
+"""``waiting_program.py``: a program that waits for an event (or sleeps) over the wire."""
 persistent = session_agent(stop_grace_seconds=GRACE)
 """The example program in a persistent session (its bridges register in the server's data folder)."""
 destroys_on_finish = session_agent(stop_grace_seconds=GRACE, destroy_on_finish=True)
@@ -81,5 +86,5 @@ def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
 __all__ = [
     "destroys_on_finish", "environ", "example", "exits_early", "faulty", "idles_out", "ignores_stop", "invalid_output",
     "kill_mid_step", "kills_mid_step", "misbehaving", "orphan", "persistent", "recorded_session",
-    "session_kills_mid_step", "session_steps",
+    "session_kills_mid_step", "session_steps", "waiting",
 ]  # fmt: skip

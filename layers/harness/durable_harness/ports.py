@@ -287,6 +287,10 @@ class SliceHandover(Protocol):
         ...
 
 
+TERMINAL_STATUSES: frozenset[str] = frozenset({"awaiting_tool_approval", "finished", "failed", "cancelled"})
+"""Statuses after which no slice runs again (an approval continues in a new run). A run
+``awaiting_event`` is not terminal: it goes on (in the same run) once a wait of it is due."""
+
 ACTIVE_STATUSES: tuple[str, ...] = ("not_started", "ready_for_next_step")
 """Checkpoint statuses of a run that still needs slices (neither terminal nor paused for approval)."""
 

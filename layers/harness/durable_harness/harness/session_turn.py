@@ -27,7 +27,7 @@ from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ResetStepChunk
 from .bridge.client import NumberedLine
 from .bridge.transport import BridgeError, SessionLostError, SessionSpec, SessionTransport
-from .interface import CancelNotice, Checkpoint, ContinueTurn, HarnessEvent, StartTurn, TurnRequest
+from .interface import CancelNotice, Checkpoint, ContinueTurn, HarnessEvent, StartTurn, TurnRequest, Wait
 from .process_turn import HarnessExitedError, ProcessTurn, _result_line, _start_line
 
 if TYPE_CHECKING:
@@ -240,6 +240,10 @@ class SessionTurn(ProcessTurn):
 
     def _shown(self, part: hp.HarnessStreamPart) -> None:
         self.step_shown = not isinstance(part, hp.FinishStepPart)
+
+    async def _wait_line(self, obj: dict[str, Any]) -> Wait | None:
+        """Not in a persistent session yet: a parked run would stop a program that goes on."""
+        raise self._invalid(f'"{obj["type"]}" lines are for programs in slice mode (protocol 1) only, for now')
 
     async def _end_paused(self) -> None:
         """Paused for host approvals: the program waits (for the results) in its session."""

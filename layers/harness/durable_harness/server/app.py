@@ -176,7 +176,7 @@ class ChatApp:
     ) -> None:
         # JSON whatever the content type: the transport sends text/plain.
         payload = _parse_json(await self._read_body(receive))
-        state = await self.service.start_turn(payload, principal=principal)
+        state = await self.service.start_turn(payload, principal=principal, origin=request_origin(scope))
         headers = [(b"x-workflow-run-id", state.run_id.encode())]
         await self._stream(state.run_id, 0, -1, headers, receive, send, cors, settle=True)
 
@@ -305,6 +305,23 @@ class ChatApp:
                     await self.on_shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+_HOST = re.compile(r"[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?")
+
+
+def request_origin(scope: Scope) -> str | None:
+    """``scheme://host`` of the request (its ``Host`` header; the scheme a proxy forwarded, as the
+    Lambda Web Adapter does, else the connection's), or None for a host that is not a plain name.
+
+    Behind a Function URL the Host is the URL's own domain (AWS routes by it), and it only ever
+    makes the event URLs of the run this request starts."""
+    headers = _headers(scope)
+    host = headers.get("host", "")
+    scheme = headers.get("x-forwarded-proto", "").split(",")[0].strip() or str(scope.get("scheme") or "http")
+    if not _HOST.fullmatch(host) or scheme not in ("http", "https"):
+        return None
+    return f"{scheme}://{host}"
 
 
 def _headers(scope: Scope) -> dict[str, str]:

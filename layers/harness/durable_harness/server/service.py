@@ -102,8 +102,9 @@ class ChatService:
         self.inline = inline
         self._cancels: dict[str, asyncio.Future[RunState]] = {}
 
-    async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
-        """Validate a chat POST body, create its run and start driving it."""
+    async def start_turn(self, body: Any, *, principal: str | None = None, origin: str | None = None) -> RunState:
+        """Validate a chat POST body, create its run and start driving it; ``origin`` (the
+        request's ``scheme://host``) is the base of the event URLs of a first slice run here."""
         messages, chat_id = self._parse_body(body)
         # Validated before anything is recorded: a bad option is a 400 that changes nothing.
         call_options = self.runner.agent.parse_call_options(body_call_options(body))
@@ -134,7 +135,8 @@ class ChatService:
         except RunExistsError:
             state, created = await self.load(run_id, principal), False
         if created and self.inline is not None:
-            self.inline.begin(state)  # the first slice runs here, the orchestrator takes over after it
+            # The first slice runs here, the orchestrator takes over after it.
+            self.inline.begin(state, public_url=origin)
         else:
             self.orchestrator.start(state.run_id)
         # The run exists and is driven: once storage is back it goes on, and the retried POST
