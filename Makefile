@@ -105,9 +105,11 @@ test-node: setup node-setup
 
 # Under Python 3.12 (the functions' and the AgentCore bridge's runtime): the tests of the code that runs
 # there, the handlers and adapters under moto and the core they load. The local kit's own suites
-# (server, harness sessions, terminal, reliability, security) run once, under the default Python.
+# (server, harness sessions, terminal, reliability, security) and the 50-chat fault suite run
+# once, under the default Python.
 PY312_TESTS := tests/deploy tests/aws tests/agent tests/runner tests/storage tests/protocol tests/models \
-	tests/telemetry tests/waits tests/harness/test_bridge.py tests/test_docs.py
+	tests/telemetry tests/waits tests/harness/test_bridge.py tests/test_docs.py \
+	--ignore=tests/deploy/test_throttling_faults.py
 test-python312:
 	@if [ -z "$(PYTHON312)" ]; then echo "python3.12 not found; skipping the 3.12 run"; else \
 	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && \
