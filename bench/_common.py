@@ -420,7 +420,7 @@ def put_log_direct(
     """``chunks`` as ``DynamoChunkLog`` items of ``per_item`` chunks of generation ``gen`` (the
     default: a log without a run record), straight into moto's DynamoDB backend (no HTTP, no
     conditions): a 100k-chunk log in a second instead of 10k requests."""
-    from durable_harness.aws._logitems import chunk_key, encode_chunks
+    from durable_harness.aws.chunklog.items import chunk_key, encode_chunks
     from moto.dynamodb.models import dynamodb_backends
 
     backend = dynamodb_backends[ACCOUNT][REGION]

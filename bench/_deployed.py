@@ -115,7 +115,8 @@ class Metered:
     """The template in moto with its functions' AWS requests metered (see the module docstring)."""
 
     def __init__(self, overrides: dict[str, str]) -> None:
-        from tests.deploy.stack import ACTOR, MotoStack
+        from tests.deploy.iam import ACTOR
+        from tests.deploy.stack import MotoStack
 
         self.stack = MotoStack(overrides)
         self.actor = ACTOR
@@ -203,7 +204,7 @@ def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, 
     from durable_harness.ports import Checkpoint
     from durable_harness.runner.state import RunState, StreamContext
 
-    from tests.deploy.stack import ACCOUNT
+    from tests.deploy.iam import ACCOUNT
 
     stack = metered.stack
     table = stack.resolver.physical["RunsTable"]

@@ -41,7 +41,7 @@ def _transitions(metered: Metered, run_id: str) -> int:
 
 
 def _parked(metered: Metered, run_id: str) -> bool:
-    from durable_harness.aws.waits import TOKEN_ATTRIBUTE
+    from durable_harness.aws.table import Head
 
     item = (
         metered.stack.client("dynamodb")
@@ -51,7 +51,7 @@ def _parked(metered: Metered, run_id: str) -> bool:
         )
         .get("Item", {})
     )
-    return TOKEN_ATTRIBUTE in item
+    return Head.EVENT_TOKEN in item
 
 
 def main() -> None:

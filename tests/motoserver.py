@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from durable_harness.aws._listing import principal_index_definition
+from durable_harness.aws.table import principal_index_definition
 
 __all__ = ["MotoEndpoint", "create_runs_table"]
 

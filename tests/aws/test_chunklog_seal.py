@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from durable_harness.aws import DynamoCheckpointStore
-from durable_harness.aws._logseal import Segments
+from durable_harness.aws.chunklog.log import record_segment
 from durable_harness.errors import FatalError, FencedError, FormatVersionError, StorageError
 from durable_harness.ids import new_run_id
 from durable_harness.ports import Checkpoint
@@ -198,11 +198,10 @@ def test_a_seal_record_lands_only_where_the_index_ends(ddb: Any, s3: Any) -> Non
     with pytest.raises(FencedError):
         slow.append(run_id, 4, chunks(4, 1), 1)
     [gen] = {key.split("#")[1] for key in log_items(ddb, run_id)}
-    index = Segments(s3_client=s3, bucket=BUCKET, prefix="runs/", dynamodb_client=ddb, table_name=TABLE)
-    assert index.record(run_id, gen, 0, 4, None) == 7  # what the slow writer would have sealed: too late
-    assert index.record(run_id, gen, 3, 5, None) == 7
+    assert record_segment(ddb, TABLE, run_id, gen, 0, 4, None) == 7  # what the slow writer would have sealed: too late
+    assert record_segment(ddb, TABLE, run_id, gen, 3, 5, None) == 7
     assert index_of(ddb, run_id) == (7, [7])
-    assert index.record(run_id, gen, 7, 9, None) == 9  # the next segment goes after it
+    assert record_segment(ddb, TABLE, run_id, gen, 7, 9, None) == 9  # the next segment goes after it
     assert index_of(ddb, run_id) == (9, [7, 9])
 
 

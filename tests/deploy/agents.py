@@ -40,7 +40,8 @@ from durable_harness.models.scripted import FunctionModel, text_step, tool_calls
 from durable_harness.storage.writer import ChunkWriter
 from pydantic import BaseModel
 
-from .stack import ACTOR, SandboxKilled
+from .iam import ACTOR
+from .stack import SandboxKilled
 
 SECRET = "hunter2-database-password"
 ANSWER = "Alpha and beta are both in stock."

@@ -18,7 +18,7 @@ from typing import Any
 from durable_harness.protocol.sse import SSEParser
 
 from .cfn import ROOT
-from .stack import ACTOR
+from .iam import ACTOR
 
 EVENTS = ROOT / "events"
 

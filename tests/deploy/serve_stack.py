@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     from durable_harness.server import httpd
 
     from tests.deploy.chat import load_chat_app
-    from tests.deploy.stack import ACTOR, MotoStack
+    from tests.deploy.iam import ACTOR
+    from tests.deploy.stack import MotoStack
 
     async def serve(app: Any) -> None:
         stop = asyncio.Event()

@@ -40,7 +40,8 @@ from tests.support import user_message
 from .agentcore_emulator import AgentCoreEmulator, agentcore_emulator, bridge_argv
 from .chat import call, load_chat_app, sample_event
 from .helpers import log_of, runtime_of, state_of, types, wait_until
-from .stack import ACTOR, MotoStack
+from .iam import ACTOR
+from .stack import MotoStack
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = [sys.executable, str(ROOT / "examples" / "harness_program" / "notes_harness.py"), "--persistent"]

@@ -18,7 +18,8 @@ from durable_harness.harness.bridge.agentcore import AgentCoreConnection
 from tests.harness.bridge_support import FINISH, PROGRAM, collect, delta
 
 from .agentcore_emulator import agentcore_emulator, bridge_argv
-from .stack import MotoStack, allowed
+from .iam import allowed
+from .stack import MotoStack
 
 AGENTCORE = {"SessionRuntime": "agentcore", "SessionCodeBucket": "code-bucket", "SessionCodeKey": "s/session-1.zip"}
 

@@ -311,7 +311,7 @@ async def test_a_client_that_drops_mid_stream_changes_nothing(stack: MotoStack) 
 @pytest.mark.stack_parameters(**IN_ONE_SLICE)
 async def test_a_cancel_during_the_in_process_slice_ends_the_run_once(stack: MotoStack) -> None:
     # moto ends a stopped execution only once its callback task stops waiting, at the next heartbeat
-    # or its timeout (AWS stops it at once; see stack.repair_errors_after_stop): a short heartbeat
+    # or its timeout (AWS stops it at once; see moto_repairs.repair_errors_after_stop): a short heartbeat
     # keeps that quick.
     short_heartbeat(stack)
     agents.CONTROL.gate = gate = threading.Event()

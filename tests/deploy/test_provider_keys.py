@@ -24,7 +24,8 @@ from .cfn import load_template
 from .chat import call, load_chat_app, sample_event
 from .conftest import deployed_stack
 from .helpers import log_of, runtime_of
-from .stack import ACCOUNT, ACTOR, REGION, MotoStack, allowed
+from .iam import ACCOUNT, ACTOR, REGION, allowed
+from .stack import MotoStack
 
 KEY = "sk-proj-deployed-0123456789abcdefSECRETKEY"
 TEMPLATE = load_template()

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from durable_harness.aws._listing import PRINCIPAL_INDEX, principal_index_definition
 from durable_harness.aws.events import parse_start_run_event
+from durable_harness.aws.table import PRINCIPAL_INDEX, principal_index_definition
 
 from .cfn import ROOT, Resolver, function_properties, load_template
 from .chat import sample_event
@@ -257,7 +257,7 @@ def test_the_slice_task_retries_the_slice_functions_retryable_error_and_catches_
 
 
 def test_a_chat_run_first_waits_for_the_chat_functions_slice_and_falls_back_to_the_slice_function() -> None:
-    from durable_harness.aws.handover import TOKEN_ATTRIBUTE
+    from durable_harness.aws.table import Head
 
     states = ASL["States"]
     inline = [rule for rule in states["Init"]["Choices"] if rule.get("Variable") == "$.inline"]
@@ -268,7 +268,7 @@ def test_a_chat_run_first_waits_for_the_chat_functions_slice_and_falls_back_to_t
     assert task["Resource"] == "arn:aws:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken"
     params = task["Parameters"]
     assert params["TableName"] == "${RunsTableName}"
-    assert params["ExpressionAttributeNames"] == {"#token": TOKEN_ATTRIBUTE}
+    assert params["ExpressionAttributeNames"] == {"#token": Head.INLINE_TOKEN}
     assert params["ExpressionAttributeValues"][":token"] == {"S.$": "$$.Task.Token"}
     assert params["ConditionExpression"] == "attribute_exists(pk)"  # never creates a record
     # Its heartbeat is what the chat function promises; whatever goes wrong, the slice function takes over.
@@ -606,10 +606,10 @@ def test_the_finalizer_retries_a_throttle_for_minutes_then_ends_the_run_without_
     # ended; the chunks only where no chunks are, with the chunk log's own condition.
     assert "#epoch = #epoch + :one" in states["EndWithoutLambda"]["Parameters"]["UpdateExpression"]
     assert "#status IN (:not_started, :ready)" in states["EndWithoutLambda"]["Parameters"]["ConditionExpression"]
-    from durable_harness.aws import chunklog
+    from durable_harness.aws.chunklog import log
 
     append = states["AppendErrorAndFinish"]["Parameters"]
-    assert append["ConditionExpression"] == chunklog._CONDITION
+    assert append["ConditionExpression"] == log._CONDITION
     # The chunks are what the finalizer's encoder writes, and no cause ever goes in.
     from durable_harness.protocol.ui_chunks import ErrorChunk, FinishChunk, encode_ui_chunk
     from durable_harness.runner.state import ENDED_WITHOUT_LAMBDA

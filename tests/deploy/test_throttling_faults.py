@@ -36,7 +36,8 @@ from . import agents
 from .chat import Response, call, load_chat_app, sample_event, with_path
 from .conftest import DEFAULT_OVERRIDES
 from .helpers import log_of, runtime_of, types
-from .stack import ACTOR, MotoStack
+from .iam import ACTOR
+from .stack import MotoStack
 
 RUNS = int(os.environ.get("FAULT_RUNS", "50"))
 SEED = 22

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import pytest
-from durable_harness.aws.waits import TOKEN_ATTRIBUTE
+from durable_harness.aws.table import Head
 
 from . import agents
 from .chat import call, load_chat_app, sample_event, with_path
@@ -28,7 +28,7 @@ def parked_token(stack: MotoStack, run_id: str) -> str | None:
     item = stack.client("dynamodb").get_item(
         TableName=runtime_of(stack).store.table_name, Key={"pk": {"S": run_id}, "sk": {"S": "run"}}
     )["Item"]
-    token = item.get(TOKEN_ATTRIBUTE, {}).get("S")
+    token = item.get(Head.EVENT_TOKEN, {}).get("S")
     return token if isinstance(token, str) else None
 
 

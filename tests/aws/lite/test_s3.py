@@ -23,7 +23,7 @@ from botocore.credentials import Credentials as BotoCredentials
 from botocore.exceptions import ClientError, FlexibleChecksumError, ParamValidationError
 from botocore.handlers import decode_list_object_v2
 from botocore.parsers import RestXMLParser
-from durable_harness.aws._stateobjects import ObjectGone, StateObjects
+from durable_harness.aws.checkpoints.objects import ObjectGone, StateObjects
 from durable_harness.aws.lite import _client, _s3xml, _transport
 from durable_harness.aws.lite import client as lite_client
 from durable_harness.aws.lite._transport import Credentials, Response

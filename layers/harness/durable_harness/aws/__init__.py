@@ -11,8 +11,8 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._errors import AwsRequestError
+    from .checkpoints import DynamoCheckpointStore
     from .chunklog import DynamoChunkLog
-    from .dynamodb import DynamoCheckpointStore
     from .events import EventPublisher, StartRunRequest, parse_start_run_event, run_id_for_event, start_run_pattern
     from .runtime import AwsConfigError, AwsRuntime, build_runtime
     from .stepfunctions import StepFunctionsOrchestrator, execution_name
@@ -23,7 +23,7 @@ __getattr__ = lazy_exports(
         "AwsConfigError": ".runtime",
         "AwsRequestError": "._errors",
         "AwsRuntime": ".runtime",
-        "DynamoCheckpointStore": ".dynamodb",
+        "DynamoCheckpointStore": ".checkpoints",
         "DynamoChunkLog": ".chunklog",
         "EventPublisher": ".events",
         "StartRunRequest": ".events",

@@ -20,6 +20,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError, IncompleteReadError
 
 from ..errors import FatalError, FormatVersionError, HarnessError, StorageError
+from .table import FORMAT
 
 __all__ = [
     "RETRYABLE_CODES",
@@ -29,6 +30,7 @@ __all__ = [
     "error_code",
     "error_item",
     "http_status",
+    "object_body",
     "translate",
 ]
 
@@ -123,10 +125,23 @@ def aws_errors(what: str) -> Iterator[None]:
         raise translate(exc, what) from exc
 
 
+def object_body(s3_client: Any, bucket: str, key: str, what: str) -> bytes | None:
+    """The body of S3 object ``key``, ``None`` when it does not exist (the caller knows what that
+    means); other failures as :func:`translate` says."""
+    try:
+        return bytes(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except ClientError as exc:
+        if error_code(exc) in ("NoSuchKey", "404"):
+            return None
+        raise translate(exc, what) from exc
+    except BotoCoreError as exc:
+        raise translate(exc, what) from exc
+
+
 def check_format(item: dict[str, Any], expected: int, what: str) -> None:
     """Refuse an item whose ``format`` attribute (the storage format version it was written in,
     set when it is created) is not ``expected``: its attributes may mean something else."""
-    found = item.get("format", {}).get("N")
+    found = item.get(FORMAT, {}).get("N")
     if found != str(expected):
         remedy = "Serve it with that release, or delete the run (its items expire after RunTtlDays)."
         raise FormatVersionError(what, found, expected, remedy)

@@ -41,16 +41,13 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ._errors import aws_errors, error_code
-from ._records import RUN_SK
-from .stepfunctions import StepFunctionsOrchestrator
+from .stepfunctions import TASK_GONE, StepFunctionsOrchestrator
+from .table import Head, run_key
 
-__all__ = ["TOKEN_ATTRIBUTE", "StepFunctionsHandover"]
+__all__ = ["StepFunctionsHandover"]
 
 logger = logging.getLogger(__name__)
 
-TOKEN_ATTRIBUTE = "inline_token"
-"""The run record's attribute where ``AwaitChatSlice`` puts its task token (see run.asl.json)."""
-_GONE = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
 _FIRST_LOOK, _LONGEST_LOOK = 0.02, 0.5
 _SEND_WINDOW, _FIRST_RESEND, _LONGEST_RESEND = 30.0, 0.1, 4.0
 
@@ -158,7 +155,7 @@ class StepFunctionsHandover:
                 request()
                 return True
             except ClientError as exc:
-                if error_code(exc) in _GONE:
+                if error_code(exc) in TASK_GONE:
                     logger.info("run %s: %s: the task is gone (%s)", run_id, what, error_code(exc))
                     self.forget(run_id)
                     return False
@@ -183,12 +180,12 @@ class StepFunctionsHandover:
             with aws_errors(f"reading the task token of run {run_id!r}"):
                 item = self._ddb.get_item(
                     TableName=self._table,
-                    Key={"pk": {"S": run_id}, "sk": {"S": RUN_SK}},
+                    Key=run_key(run_id),
                     ConsistentRead=True,
                     ProjectionExpression="#t",
-                    ExpressionAttributeNames={"#t": TOKEN_ATTRIBUTE},
+                    ExpressionAttributeNames={"#t": Head.INLINE_TOKEN},
                 ).get("Item")
-            found = item.get(TOKEN_ATTRIBUTE, {}).get("S") if item else None
+            found = item.get(Head.INLINE_TOKEN, {}).get("S") if item else None
             if found is not None:
                 token = str(found)
                 with self._lock:

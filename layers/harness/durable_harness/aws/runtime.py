@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FatalError
+from .checkpoints import DynamoCheckpointStore
 from .chunklog import DynamoChunkLog
 from .clients import LazyClient, make_client
-from .dynamodb import DynamoCheckpointStore
 from .events import EventPublisher
 from .handover import StepFunctionsHandover
 from .stepfunctions import StepFunctionsOrchestrator

@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 # A run id (31 characters) plus "-" and an incarnation (10) plus "-c<generation>" stays far below.
 _NAME = re.compile(r"^[0-9A-Za-z_.-]{1,80}$")
 _MAX_GENERATIONS = 10_000
+TASK_GONE = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
+"""How Step Functions answers a task token whose task is gone (timed out, its execution stopped)."""
 
 
 class ExecutionNameTakenError(FatalError):

@@ -31,19 +31,15 @@ from botocore.exceptions import ClientError
 
 from ..runner.state import RunState
 from ._errors import aws_errors, error_code
-from ._records import RUN_SK
+from .stepfunctions import TASK_GONE
+from .table import PK, Head, run_key
 
 logger = logging.getLogger(__name__)
 
-TOKEN_ATTRIBUTE = "event_token"
-"""The run record's attribute where ``AwaitEvent`` puts its task token (see run.asl.json)."""
-PENDING_ATTRIBUTE = "event_pending"
-"""Set on the run record by a delivery; ``AwaitEvent`` does not park a run that has it."""
 MAX_PARK_SECONDS = 30 * 24 * 3600
 """The longest one park lasts (the task's TimeoutSeconds, the Wait's end); the run then parks again."""
 RENEW_AFTER_SECONDS = 300 * 24 * 3600
 """An execution this old continues as new when its run parks (a Standard execution lasts a year)."""
-_GONE = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
 
 
 def wait_of(state: RunState, *, started: str | None = None, now: float | None = None) -> dict[str, Any] | None:
@@ -84,23 +80,23 @@ class StepFunctionsWaker:
         with aws_errors(f"waking run {run_id!r}"):
             item = self._ddb.update_item(
                 TableName=self._table,
-                Key={"pk": {"S": run_id}, "sk": {"S": RUN_SK}},
+                Key=run_key(run_id),
                 # The token stays: answered twice, a token is refused (and that is ignored); removed, a
                 # failed answer would leave the run asleep until its deadline.
                 UpdateExpression="SET #pending = :now",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames={"#pending": PENDING_ATTRIBUTE},
+                ConditionExpression=f"attribute_exists({PK})",
+                ExpressionAttributeNames={"#pending": Head.EVENT_PENDING},
                 ExpressionAttributeValues={":now": {"N": str(int(time.time()))}},
                 ReturnValues="ALL_OLD",
             ).get("Attributes", {})
-        token = item.get(TOKEN_ATTRIBUTE, {}).get("S")
+        token = item.get(Head.EVENT_TOKEN, {}).get("S")
         if not token:
             return  # not parked yet: the park finds event_pending and does not wait
         with aws_errors(f"waking the parked task of run {run_id!r}"):
             try:
                 self._sfn.send_task_success(taskToken=token, output="{}")
             except ClientError as exc:
-                if error_code(exc) not in _GONE:
+                if error_code(exc) not in TASK_GONE:
                     raise
                 logger.info("run %s: its parked task is gone already (%s)", run_id, error_code(exc))
 
@@ -109,7 +105,7 @@ class StepFunctionsWaker:
         with aws_errors(f"clearing the event marker of run {run_id!r}"):
             self._ddb.update_item(
                 TableName=self._table,
-                Key={"pk": {"S": run_id}, "sk": {"S": RUN_SK}},
+                Key=run_key(run_id),
                 UpdateExpression="REMOVE #pending",
-                ExpressionAttributeNames={"#pending": PENDING_ATTRIBUTE},
+                ExpressionAttributeNames={"#pending": Head.EVENT_PENDING},
             )

@@ -1,7 +1,7 @@
 """The S3 calls of the harness (REST-XML), with boto3's method names, arguments and results.
 
 ``put_object``, ``get_object``, ``list_objects_v2`` and ``delete_object``: what the chunk log and
-the checkpoint store call (``aws/_logseal.py``, ``_stateobjects.py``), with the
+the checkpoint store call (``aws/chunklog/segments.py``, ``checkpoints/objects.py``), with the
 arguments they pass and a few neighbours, and results equal to a botocore client's (the tests
 compare them on the same moto). What botocore does on top of the model, done here too:
 

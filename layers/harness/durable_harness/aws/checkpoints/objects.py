@@ -17,10 +17,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import StorageError
-from ._errors import aws_errors, error_code, translate
-
-__all__ = ["ObjectGone", "StateObjects"]
+from ...errors import StorageError
+from .._errors import aws_errors, object_body
 
 _CACHED_TEXTS = 8
 
@@ -70,17 +68,12 @@ class StateObjects:
             if key in self._texts:
                 self._texts.move_to_end(key)
                 return self._texts[key]
-        if self._s3 is None:
+        if self._s3 is None or self._bucket is None:
             raise StorageError(f"a record points at S3 object {key!r}, but the store has no bucket")
-        try:
-            body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
-        except ClientError as exc:
-            if error_code(exc) in ("NoSuchKey", "404"):
-                raise ObjectGone(key) from exc
-            raise translate(exc, f"reading state object {key!r}") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, f"reading state object {key!r}") from exc
-        text = bytes(body).decode("utf-8")
+        body = object_body(self._s3, self._bucket, key, f"reading state object {key!r}")
+        if body is None:
+            raise ObjectGone(key)
+        text = body.decode("utf-8")
         self._cache(key, text)
         return text
 

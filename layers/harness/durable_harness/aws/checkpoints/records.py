@@ -1,14 +1,8 @@
 """The DynamoDB items of a run's checkpoint: its head and its records, and how to read them in one go.
 
-The format is :mod:`durable_harness.storage.records`'s; on the runs table (``pk`` = run id)::
-
-    sk = "run"             the head (see DynamoCheckpointStore): ``format``, counters, status,
-                           ``seq``, and the inline base ``state``
-    sk = "run#00000001"... record ``seq``: ``kind`` ("full" / "delta"), ``body`` (S) or, over the
-                           store's ``offload_bytes``, ``body_key`` (an immutable S3 object);
-                           ``inc``, the incarnation that wrote it; ``expires_at``
-
-Also here: how the outcome of a conditional write or transaction on these items is read.
+The format is :mod:`durable_harness.storage.records`'s; the items' keys and attributes are
+:mod:`..table`'s (the head ``sk = "run"``, record ``seq`` ``sk = "run#<seq, 8 digits>"``). Also
+here: how the outcome of a conditional write or transaction on these items is read.
 
 Every ``sk`` of a run's checkpoint begins with ``run`` and the head sorts first, so one strongly
 consistent ``Query`` (paged past 1 MB) returns the head and then the records. A Query is not a
@@ -20,33 +14,14 @@ another incarnation makes the caller read again.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..errors import HarnessError, StorageError
-from ._errors import aws_errors, error_code, error_item, translate
+from ...errors import HarnessError, StorageError
+from .._errors import aws_errors, error_code, error_item, translate
+from ..table import EXPIRES_AT, PK, RECORD_PREFIX, RUN_SK, SK, Chat, Head, Record, chat_key, item_key
 
-__all__ = [
-    "RECORD_FORMAT",
-    "RUN_SK",
-    "StaleRead",
-    "cancel_item",
-    "cancel_reason",
-    "existing_item",
-    "from_last_full",
-    "meta_attr",
-    "n",
-    "num",
-    "query_run",
-    "record_item",
-    "record_sk",
-    "split_run",
-    "write_error",
-]
-
-RUN_SK = "run"
 RECORD_FORMAT = 1
 """The version of the run record's layout (head and records), in the head's ``format``: a later
 release that changes the layout raises it, and reads (or migrates) a record by what it finds."""
@@ -54,7 +29,6 @@ release that changes the layout raises it, and reads (or migrates) a record by w
 _TRANSIENT_CANCELLATIONS = frozenset(
     {"None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
 )
-_RECORD_PREFIX = "run#"
 
 
 class StaleRead(Exception):
@@ -63,29 +37,23 @@ class StaleRead(Exception):
 
 def record_sk(seq: int) -> str:
     """The sort key of record ``seq`` (zero-padded so that records sort in order)."""
-    return f"{_RECORD_PREFIX}{seq:08d}"
+    return f"{RECORD_PREFIX}{seq:08d}"
 
 
 def record_item(
-    run_id: str,
-    seq: int,
-    kind: str,
-    *,
-    body: str | None,
-    body_key: str | None,
-    inc: str | None,
+    run_id: str, seq: int, kind: str, *, body: str | None, body_key: str | None, inc: str | None,
     expires_at: int | None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """The item of one record: its body inline, or the key of the S3 object holding it."""
-    item: dict[str, Any] = {"pk": {"S": run_id}, "sk": {"S": record_sk(seq)}, "kind": {"S": kind}}
+    item: dict[str, Any] = {**item_key(run_id, record_sk(seq)), Record.KIND: {"S": kind}}
     if body_key is not None:
-        item["body_key"] = {"S": body_key}
+        item[Record.BODY_KEY] = {"S": body_key}
     else:
-        item["body"] = {"S": body or ""}
+        item[Record.BODY] = {"S": body or ""}
     if inc is not None:
-        item["inc"] = {"S": inc}
+        item[Record.INC] = {"S": inc}
     if expires_at is not None:
-        item["expires_at"] = {"N": str(expires_at)}
+        item[EXPIRES_AT] = n(expires_at)
     return item
 
 
@@ -95,7 +63,7 @@ def query_run(client: Any, table: str, run_id: str) -> list[dict[str, Any]]:
     request: dict[str, Any] = {
         "TableName": table,
         "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :run)",
-        "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+        "ExpressionAttributeNames": {"#pk": PK, "#sk": SK},
         "ExpressionAttributeValues": {":pk": {"S": run_id}, ":run": {"S": RUN_SK}},
         "ConsistentRead": True,
     }
@@ -114,19 +82,19 @@ def split_run(items: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[
 
     Returns fewer records than ``seq`` when some are missing (expired): the caller decides.
     """
-    head = next((item for item in items if item["sk"]["S"] == RUN_SK), None)
+    head = next((item for item in items if item[SK]["S"] == RUN_SK), None)
     if head is None:
         return None, []
-    seq = int(head["seq"]["N"]) if "seq" in head else 0
-    inc = head.get("inc", {}).get("S")
+    seq = num(head[Head.SEQ]) if Head.SEQ in head else 0
+    inc = head.get(Head.INC, {}).get("S")
     records: dict[int, dict[str, Any]] = {}
     for item in items:
-        sk = item["sk"]["S"]
-        if not sk.startswith(_RECORD_PREFIX) or not sk[len(_RECORD_PREFIX) :].isdigit():
+        sk = item[SK]["S"]
+        if not sk.startswith(RECORD_PREFIX) or not sk[len(RECORD_PREFIX) :].isdigit():
             continue
-        number = int(sk[len(_RECORD_PREFIX) :])
+        number = int(sk[len(RECORD_PREFIX) :])
         if 1 <= number <= seq:
-            if item.get("inc", {}).get("S") != inc:
+            if item.get(Record.INC, {}).get("S") != inc:
                 raise StaleRead(f"record {number} belongs to another incarnation")
             records[number] = item
     return head, [records[k] for k in sorted(records)]
@@ -135,7 +103,7 @@ def split_run(items: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[
 def from_last_full(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records a fold needs: from the last ``full`` one on (all of them if there is none)."""
     for i in range(len(records) - 1, -1, -1):
-        if records[i]["kind"]["S"] == "full":
+        if records[i][Record.KIND]["S"] == "full":
             return records[i:]
     return records
 
@@ -153,14 +121,17 @@ def cancel_item(exc: ClientError) -> dict[str, Any] | None:
     return item if isinstance(item, dict) and item else None
 
 
-def existing_item(exc: ClientError) -> dict[str, Any] | None:
-    """The live head that made a create fail its condition (``None``: it failed otherwise)."""
+def condition_failed(exc: ClientError) -> bool:
+    """Whether a write failed its condition (a transaction: its first write, the head's)."""
     code = error_code(exc)
-    if code == "ConditionalCheckFailedException":
-        return error_item(exc)
-    if code == "TransactionCanceledException" and cancel_reason(exc) == "ConditionalCheckFailed":
-        return cancel_item(exc)
-    return None
+    return code == "ConditionalCheckFailedException" or (
+        code == "TransactionCanceledException" and cancel_reason(exc) == "ConditionalCheckFailed"
+    )
+
+
+def existing_item(exc: ClientError) -> dict[str, Any] | None:
+    """The item that made a write fail its condition (``None``: none, or it failed otherwise)."""
+    return (error_item(exc) or cancel_item(exc)) if condition_failed(exc) else None
 
 
 def write_error(exc: ClientError, what: str) -> HarnessError:
@@ -189,16 +160,9 @@ def meta_attr(meta: dict[str, str]) -> dict[str, Any]:
     return {"M": {str(k): {"S": str(v)} for k, v in meta.items()}}
 
 
-def chat_key(chat_id: str, principal: str | None) -> dict[str, Any]:
-    """The key of a chat's pointer item (its latest run). Hashed: a chat id is the client's text (up
-    to 200 characters), a principal an ARN; another principal's chat of the same id is another item."""
-    digest = hashlib.sha256("\x1f".join((principal or "", chat_id)).encode("utf-8", "surrogatepass")).hexdigest()
-    return {"pk": {"S": f"chat#{digest}"}, "sk": {"S": "latest"}}
-
-
 def chat_pointer_item(chat_id: str, principal: str | None, run_id: str, expires_at: int | None) -> dict[str, Any]:
     """The pointer item naming ``run_id`` as the chat's latest run (it expires with the run's head)."""
-    item = {**chat_key(chat_id, principal), "run_id": {"S": run_id}}
+    item = {**chat_key(chat_id, principal), Chat.RUN_ID: {"S": run_id}}
     if expires_at is not None:
-        item["expires_at"] = n(expires_at)
+        item[EXPIRES_AT] = n(expires_at)
     return item

@@ -1,7 +1,7 @@
 """A principal's runs, newest first, from the runs table's index on (principal, created_at).
 
-The index (:data:`PRINCIPAL_INDEX`, ``template.yaml``'s ``RunsTable``) holds only items with both
-attributes: the run heads (records and chunk-log items have neither). It projects what a list shows
+The index (:data:`..table.PRINCIPAL_INDEX`, ``template.yaml``'s ``RunsTable``) holds only items with
+both attributes: the run heads (records and chunk-log items have neither). It projects what a list shows
 (status, chat id, meta, expiry), so a page is one ``Query`` of the caller's own partition, with no
 read of a run's state. Filters (status, chat, the approval ledger's records, expired heads) are a
 ``FilterExpression``: DynamoDB applies ``Limit`` before it, so a filtered page may take a few
@@ -14,28 +14,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..ports import AGENT_META, ListPosition, RunListing
-from ._errors import aws_errors
-from ._records import RUN_SK
+from ...ports import AGENT_META, ListPosition, RunListing
+from .._errors import aws_errors
+from ..table import EXPIRES_AT, PK, PRINCIPAL_INDEX, RUN_SK, Head, item_key
 
-PRINCIPAL_INDEX = "by-principal"
-"""The runs table's global secondary index: ``principal`` (hash), ``created_at`` (range), both S."""
-PRINCIPAL_INDEX_PROJECTED = ("status", "chat_id", "meta", "expires_at")
-"""The attributes the index projects besides the keys (``INCLUDE``)."""
 MAX_REQUESTS = 5
 """Queries one page may take when filters skip many runs."""
-
-
-def principal_index_definition() -> dict[str, Any]:
-    """The index as ``CreateTable``'s ``GlobalSecondaryIndexes`` entry takes it (moto, tests)."""
-    return {
-        "IndexName": PRINCIPAL_INDEX,
-        "KeySchema": [
-            {"AttributeName": "principal", "KeyType": "HASH"},
-            {"AttributeName": "created_at", "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(PRINCIPAL_INDEX_PROJECTED)},
-    }
 
 
 def query_principal_runs(
@@ -52,18 +36,18 @@ def query_principal_runs(
     """The page of :meth:`~durable_harness.ports.PrincipalRuns.runs_of` through ``ddb`` (boto3)."""
     if limit <= 0:
         return [], None
-    names = {"#principal": "principal", "#pk": "pk", "#expires_at": "expires_at"}
+    names = {"#principal": Head.PRINCIPAL, "#pk": PK, "#expires_at": EXPIRES_AT}
     values: dict[str, Any] = {":principal": {"S": principal}, ":wrun": {"S": "wrun_"}, ":now": {"N": str(int(clock()))}}
     conditions = ["begins_with(#pk, :wrun)", "(attribute_not_exists(#expires_at) OR #expires_at > :now)"]
     if statuses is not None:
-        names["#status"] = "status"
+        names["#status"] = Head.STATUS
         marks = []
         for i, status in enumerate(sorted(statuses)):
             values[f":s{i}"] = {"S": status}
             marks.append(f":s{i}")
         conditions.append(f"#status IN ({', '.join(marks)})")
     if chat_id is not None:
-        names["#chat_id"] = "chat_id"
+        names["#chat_id"] = Head.CHAT_ID
         values[":chat"] = {"S": chat_id}
         conditions.append("#chat_id = :chat")
     filtered = statuses is not None or chat_id is not None
@@ -81,11 +65,8 @@ def query_principal_runs(
     if after is not None:
         created_at, run_id = after
         request["ExclusiveStartKey"] = {
-            "principal": {"S": principal},
-            "created_at": {"S": created_at},
-            "pk": {"S": run_id},
-            "sk": {"S": RUN_SK},
-        }
+            Head.PRINCIPAL: {"S": principal}, Head.CREATED_AT: {"S": created_at}, **item_key(run_id, RUN_SK)
+        }  # fmt: skip
     found: list[RunListing] = []
     last: dict[str, Any] | None = None
     with aws_errors(f"listing the runs of {principal!r}"):
@@ -101,16 +82,16 @@ def query_principal_runs(
         return listed, (listed[-1].created_at, listed[-1].run_id)
     if last is None:
         return found, None
-    return found, (last["created_at"]["S"], last["pk"]["S"])  # the requests ran out: go on from there
+    return found, (last[Head.CREATED_AT]["S"], last[PK]["S"])  # the requests ran out: go on from there
 
 
 def _listing(item: dict[str, Any]) -> RunListing:
-    meta = item.get("meta", {}).get("M", {})
+    meta = item.get(Head.META, {}).get("M", {})
     agent = meta.get(AGENT_META, {}).get("S")
     return RunListing(
-        run_id=item["pk"]["S"],
-        status=item["status"]["S"],
-        created_at=item["created_at"]["S"],
-        chat_id=item["chat_id"]["S"] if "chat_id" in item else None,
+        run_id=item[PK]["S"],
+        status=item[Head.STATUS]["S"],
+        created_at=item[Head.CREATED_AT]["S"],
+        chat_id=item[Head.CHAT_ID]["S"] if Head.CHAT_ID in item else None,
         agent=agent or None,
     )

@@ -1,18 +1,11 @@
 """The chunk log's items in DynamoDB: keys, generations, and the encoding of one append's chunks.
 
 Every key of a run's log starts with ``c#<gen>#``, where the *generation* names one incarnation of
-the run id (see :mod:`.chunklog`): ``<creation time, epoch ms, 13 digits>.<incarnation>``, or 13
-zeros for a log written without a run record (no creation time is known). A later
-incarnation's keys sort after an earlier one's, so the top of a run's log keys is always the
-current incarnation's.
-
-* ``c#<gen>#<start, 13 digits>``: one append (``n`` chunks from ``start``), or a marker (``n=0``);
-* ``c#<gen>#~``: the generation's *segment index*, which sorts after its appends: ``sealed`` (how
-  many chunks sealed S3 segments hold) and ``ends`` (each segment's end; they are contiguous from 0).
-  It is the log's head: written empty with the run record, it carries ``format``, the layout's
-  version (:data:`LOG_FORMAT`), and a reader refuses a log of another version.
-
-This module only knows how items look; the protocol is :mod:`.chunklog`'s.
+the run id (see :mod:`.log`): ``<creation time, epoch ms, 13 digits>.<incarnation>``, or 13 zeros
+for a log written without a run record. A later incarnation's keys sort after an earlier one's, so
+the top of a run's log keys is the current incarnation's: appends at ``c#<gen>#<start, 13 digits>``,
+then the segment index ``c#<gen>#~`` (the log's head, carrying ``format``: :data:`LOG_FORMAT`). This
+module only knows how items look (the attributes are :mod:`..table`'s); the protocol is :mod:`.log`'s.
 """
 
 from __future__ import annotations
@@ -22,25 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import StorageError
-from ._errors import check_format
-
-__all__ = [
-    "LOG_FORMAT",
-    "MAX_INDEX",
-    "TOP",
-    "Encoded",
-    "IndexItem",
-    "LogItem",
-    "chunk_key",
-    "decode_chunks",
-    "decode_item",
-    "encode_chunks",
-    "fresh_log_item",
-    "gen_inc",
-    "generation",
-    "index_key",
-]
+from ...errors import StorageError
+from .._errors import check_format
+from ..table import EXPIRES_AT, FORMAT, LOG_PREFIX, SK, Append, Index, item_key
 
 LOG_FORMAT = 1
 """The version of this layout, in every segment index's ``format``: a later release that changes
@@ -48,10 +25,7 @@ the layout raises it, and reads (or migrates) a log by what it finds there."""
 MAX_INDEX = 10**13
 """Chunk indexes must stay below this (13 digits in the sort key)."""
 _WIDTH = 13
-_PREFIX = "c#"
 _INDEX = "~"  # sorts after every digit: the index is the last key of its generation
-TOP = "c$"
-"""A sort key above every key of every generation (``$`` follows ``#``)."""
 NO_TIME = "0" * _WIDTH
 _COMPRESS_OVER = 900
 """Texts longer than this are stored zlib-compressed when that is smaller: a write is billed per
@@ -74,22 +48,41 @@ def chunk_key(gen: str, start: int) -> str:
     """The sort key of the item holding the append that starts at chunk ``start``."""
     if not 0 <= start < MAX_INDEX:
         raise ValueError(f"chunk index {start} must be in [0, {MAX_INDEX})")
-    return f"{_PREFIX}{gen}#{start:0{_WIDTH}d}"
+    return f"{LOG_PREFIX}{gen}#{start:0{_WIDTH}d}"
 
 
 def index_key(gen: str) -> str:
     """The sort key of a generation's segment index."""
-    return f"{_PREFIX}{gen}#{_INDEX}"
+    return f"{LOG_PREFIX}{gen}#{_INDEX}"
 
 
 def fresh_log_item(run_id: str, gen: str, expires_at: int | None) -> dict[str, Any]:
     """The index item of an empty log of generation ``gen``, written with the run record that makes
     the incarnation (in one transaction): the new incarnation's log is empty from that moment."""
     item: dict[str, Any] = {
-        "pk": {"S": run_id}, "sk": {"S": index_key(gen)}, "sealed": {"N": "0"}, "format": {"N": str(LOG_FORMAT)}
+        **item_key(run_id, index_key(gen)), Index.SEALED: {"N": "0"}, FORMAT: {"N": str(LOG_FORMAT)}
     }  # fmt: skip
     if expires_at is not None:
-        item["expires_at"] = {"N": str(expires_at)}
+        item[EXPIRES_AT] = {"N": str(expires_at)}
+    return item
+
+
+def append_item(
+    run_id: str, gen: str, start: int, epoch: int, write_id: str, *, n: int = 0, data: dict[str, Any] | None = None,
+    sent_ms: int, expires_at: int | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The item of an append of ``n`` chunks at ``start`` (``data``: its ``d`` or ``k`` attribute),
+    or of a marker (``n`` 0, no data)."""
+    item: dict[str, Any] = {
+        **item_key(run_id, chunk_key(gen, start)), Append.N: {"N": str(n)}, Append.EPOCH: {"N": str(epoch)},
+        Append.WRITE_ID: {"S": write_id}, **(data or {}),
+        # The key of the append after this one: the state machine's failure path without Lambda
+        # (EndWithoutLambda) appends error and finish there, and ASL cannot format 13 digits.
+        Append.NEXT: {"S": chunk_key(gen, start + n)},
+        Append.SENT: {"N": str(sent_ms)},  # lets followers learn the flush cadence
+    }  # fmt: skip
+    if expires_at is not None:
+        item[EXPIRES_AT] = {"N": str(expires_at)}
     return item
 
 
@@ -164,18 +157,18 @@ class IndexItem:
 
 def decode_item(item: dict[str, Any], run_id: str) -> LogItem | IndexItem:
     """Decode a DynamoDB item of the chunk log (an append, a marker or a segment index)."""
-    key = item["sk"]["S"]
-    gen, _, tail = key[len(_PREFIX) :].rpartition("#")
+    key = item[SK]["S"]
+    gen, _, tail = key[len(LOG_PREFIX) :].rpartition("#")
     if tail == _INDEX:
         check_format(item, LOG_FORMAT, f"the chunk log of run {run_id!r}")
-        ends = tuple(int(e["N"]) for e in item.get("ends", {}).get("L", ()))
-        return IndexItem(gen, int(item.get("sealed", {}).get("N", "0")), ends)
-    start, n, epoch = int(tail), int(item["n"]["N"]), int(item["e"]["N"])
-    write_id = item.get("w", {}).get("S", "")
-    at = int(item["t"]["N"]) / 1000 if "t" in item else None
-    data = item.get("d")
+        ends = tuple(int(e["N"]) for e in item.get(Index.ENDS, {}).get("L", ()))
+        return IndexItem(gen, int(item.get(Index.SEALED, {}).get("N", "0")), ends)
+    start, n, epoch = int(tail), int(item[Append.N]["N"]), int(item[Append.EPOCH]["N"])
+    write_id = item.get(Append.WRITE_ID, {}).get("S", "")
+    at = int(item[Append.SENT]["N"]) / 1000 if Append.SENT in item else None
+    data = item.get(Append.DATA)
     if n == 0 or data is None:
-        s3_key = item.get("k", {}).get("S")
+        s3_key = item.get(Append.SPILL_KEY, {}).get("S")
         if n > 0 and s3_key is None:
             raise StorageError(f"run {run_id!r}: chunk log item {key} holds neither chunks nor a pointer")
         return LogItem(gen, start, n, epoch, write_id, s3_key=s3_key, at=at)

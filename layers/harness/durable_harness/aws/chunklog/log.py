@@ -1,13 +1,9 @@
 """The deployed chunk log: a DynamoDB hot tail, sealed into S3 segments (the log of record) (D4).
 
-Layout (keys in :mod:`._logitems`, S3 objects in :mod:`._logseal`). An append (one group-commit
-flush) is one item in the runs table, next to the run record: ``pk=<run_id>,
-sk="c#<gen>#<start>"`` with ``n`` (chunks), ``e`` (the writer's epoch), ``w`` (a random id of the
-write), ``t`` (when it was sent, epoch ms), ``d`` (the chunks, one per line; zlib-compressed as
-binary when smaller), ``x`` (the key of the append after it: where the state machine's failure
-path appends ``error`` and ``finish`` when no Lambda can run) and ``expires_at``. An append over
-``spill_bytes`` goes to an S3 object first and its item holds the key ``k`` instead: the item
-stays the commit point. The log's count is the end of its last item; items are contiguous.
+Layout (:class:`..table.Append`, :mod:`.items`, :mod:`.segments`). An append (one group-commit
+flush) is one item in the runs table, next to the run record (``sk="c#<gen>#<start>"``); one over
+``spill_bytes`` goes to an S3 object first and its item holds the key instead: the item stays the
+commit point. The log's count is the end of its last item; items are contiguous.
 
 Incarnations. ``<gen>`` names the incarnation of the run id: the run record's creation writes the
 empty log of its generation (the segment index ``c#<gen>#~``, sealed 0) in the same transaction,
@@ -18,9 +14,11 @@ with an empty log and never sees the old one's items, which stay (with their TTL
 Sealing. The writer copies the committed chunks into S3 segments, one ``PutObject`` and one
 conditional ``UpdateItem`` of the segment index per seal: when it appends the run's terminal
 ``finish``, and when the unsealed tail passes ``seal_chunks`` chunks or ``seal_bytes`` bytes (what
-it wrote). Nothing per flush: the hot path stays one ``PutItem``. A crash between the two writes
-leaves an unrecorded object; the next seal writes the same key again and records it. A seal that
-fails is only logged: the items stay readable, and the next seal covers what this one missed.
+it wrote). Nothing per flush: the hot path stays one ``PutItem``. The index's conditional update
+(``sealed = :a`` before, ``:b`` after) makes a seal that lost a race (or whose reply was lost)
+change nothing. A crash between the two writes leaves an unrecorded object; the next seal writes
+the same key again and records it. A seal that fails is only logged: the items stay readable, and
+the next seal covers what this one missed.
 
 Reading prefers the items (one Query reads any stretch near the end) and falls back to the sealed
 segments for whatever has no item (items deleted).
@@ -54,12 +52,13 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import FencedError, HarnessError, LogConflictError, StorageError
-from ..storage.memory import check_chunks, check_read_args
-from ._errors import error_code, error_item, translate
-from ._logitems import MAX_INDEX, LogItem, chunk_key, decode_item, encode_chunks, generation
-from ._logread import LogReader, NewGeneration, Top, lk
-from ._logseal import Segments
+from ...errors import FencedError, HarnessError, LogConflictError, StorageError
+from ...storage.memory import check_chunks, check_read_args
+from .._errors import error_code, error_item, translate
+from ..table import EXPIRES_AT, FORMAT, PK, Append, Index, item_key
+from .items import LOG_FORMAT, MAX_INDEX, LogItem, append_item, decode_item, encode_chunks, generation, index_key
+from .reader import LogReader, NewGeneration, Top
+from .segments import Segments
 
 __all__ = ["DynamoChunkLog"]
 
@@ -67,8 +66,9 @@ logger = logging.getLogger(__name__)
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _OPEN_ATTEMPTS = 20
-_CONDITION = "attribute_not_exists(pk) OR (#n = :zero AND #e <= :e)"
-_NAMES = {"#n": "n", "#e": "e"}
+_CONDITION = f"attribute_not_exists({PK}) OR (#n = :zero AND #e <= :e)"
+_NAMES = {"#n": Append.N, "#e": Append.EPOCH}
+_SEAL_NAMES = {"#s": Index.SEALED, "#ends": Index.ENDS, "#x": EXPIRES_AT, "#f": FORMAT}
 _FINISH = '{"type":"finish"'
 _FRESH_RUNS = 64
 
@@ -124,17 +124,9 @@ class DynamoChunkLog:
         self._seal_chunks, self._seal_bytes = seal_chunks, seal_bytes
         self._ttl = ttl_seconds
         self._clock = clock
-        self._segments = Segments(
-            s3_client=s3_client, bucket=bucket, prefix=prefix, dynamodb_client=dynamodb_client, table_name=table_name
-        )
-        self._r = LogReader(
-            dynamodb_client=dynamodb_client,
-            table_name=table_name,
-            segments=self._segments,
-            cache_bytes=cache_bytes,
-            max_workers=max_workers,
-            clock=clock,
-        )
+        self._segments = Segments(s3_client=s3_client, bucket=bucket, prefix=prefix)
+        self._r = LogReader(dynamodb_client=dynamodb_client, table_name=table_name, segments=self._segments,
+                            cache_bytes=cache_bytes, max_workers=max_workers, clock=clock)  # fmt: skip
         self._lock = threading.Lock()
         # Per run, the log as this object last wrote it. Dropped on any error, so a lost reply can
         # never leave it wrong.
@@ -155,13 +147,12 @@ class DynamoChunkLog:
         for _ in range(_OPEN_ATTEMPTS):
             # A log this process created empty needs no look at its top: the conditional marker
             # below is the fence all the same, and a log that is not empty after all fails it.
-            top = Top(fresh, None, []) if fresh else self._r.top(run_id, 0) or Top(generation(None, None), None, [])
+            writer = _Writer(fresh, epoch, 0, 0) if fresh else self._writer_at(run_id, epoch)
             fresh = None
-            end = self._fence_check(run_id, top, epoch)
-            old = self._put(run_id, top.gen, end, epoch, secrets.token_hex(8), None)
+            old = self._put(run_id, writer.gen, writer.end, epoch, secrets.token_hex(8), None)
             if old is None:
-                self._remember(run_id, _Writer(top.gen, epoch, end, top.index.sealed if top.index else 0))
-                return end
+                self._remember(run_id, writer)
+                return writer.end
             if old.epoch > epoch:
                 raise self._fenced(run_id, epoch, old.epoch)
             # An older writer appended at the end meanwhile: look again.
@@ -177,13 +168,9 @@ class DynamoChunkLog:
             raise self._fenced(run_id, epoch, writer.epoch)
         try:
             if writer is None or (writer.epoch, writer.end) != (epoch, start):
-                top = self._r.top(run_id, 0)
-                if top is None:
-                    top = Top(generation(None, None), None, [])
-                end = self._fence_check(run_id, top, epoch)
-                if end != start:
-                    raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {end} chunks")
-                writer = _Writer(top.gen, epoch, end, top.index.sealed if top.index else 0)
+                writer = self._writer_at(run_id, epoch)
+                if writer.end != start:
+                    raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {writer.end} chunks")
             if not chunks:
                 return start  # an empty item would take the key of the next real one
             return self._append(run_id, writer, tuple(chunks))
@@ -202,23 +189,14 @@ class DynamoChunkLog:
     def count(self, run_id: str) -> int:
         """The number of chunks in the run's log (0 for a log never written)."""
         self._check(run_id, 0)
-        top = self._r.top(run_id, 0)
-        if top is None:
-            return 0
-        self._r.cache.note_boundaries(lk(run_id, top.gen), top.end)
-        return top.end
+        return self._r.tail(run_id, 0)[0]
 
     def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
         """The log's count and its last ``n`` chunks (all of them if fewer), in one read."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         self._check(run_id, 0)
-        top = self._r.top(run_id, n)
-        if top is None:
-            return 0, []
-        count = top.end
-        self._r.cache.note_boundaries(lk(run_id, top.gen), count)  # a follower goes on from here
-        return count, self._r.assemble(run_id, top.gen, top.index, top.items[::-1], max(0, count - n), count)
+        return self._r.tail(run_id, n)
 
     def note_fresh(self, run_id: str, gen: str) -> None:
         """The run's incarnation ``gen`` was just created here, with its empty log (the run record's
@@ -237,7 +215,7 @@ class DynamoChunkLog:
         that polls blindly. ``None`` until two appends were seen; the time may be past (the
         writer paused: the model thinks, a tool runs), which the caller treats as unknown.
         """
-        return self._r.cadence.next_commit(run_id)
+        return self._r.next_commit(run_id)
 
     def retried(self, run_id: str) -> bool:
         """Whether the run's last append by this object had to be retried: DynamoDB throttled it
@@ -255,21 +233,18 @@ class DynamoChunkLog:
         start, epoch, gen = writer.end, writer.epoch, writer.gen
         write_id = secrets.token_hex(8)
         encoded = encode_chunks(chunks)
-        attribute: dict[str, Any] = {"d": encoded.attribute}
+        attribute: dict[str, Any] = {Append.DATA: encoded.attribute}
         if encoded.size > self._spill:
             key = self._segments.spill_key(run_id, gen, start, epoch, write_id)
             self._segments.put(key, encoded.raw, run_id)
-            attribute = {"k": {"S": key}}
+            attribute = {Append.SPILL_KEY: {"S": key}}
         old = self._put(run_id, gen, start, epoch, write_id, (len(chunks), attribute))
         if old is not None and old.write_id != write_id:
             # Not our own earlier attempt (a lost reply botocore retried): someone else's item.
-            top = self._r.top(run_id, 0)
-            last = top.items[0] if top is not None and top.items else None
-            if last is not None and last.epoch > epoch:
-                raise self._fenced(run_id, epoch, last.epoch)
+            self._writer_at(run_id, epoch)  # raises FencedError when a newer epoch wrote it
             raise LogConflictError(f"run {run_id!r}: append at {start}, but the log already holds chunks there")
         end = start + len(chunks)
-        self._r.cache.put(lk(run_id, gen), start, chunks, len(encoded.raw))
+        self._r.note_written(run_id, gen, start, chunks, len(encoded.raw))
         writer = replace(writer, end=end, unsealed=writer.unsealed + len(encoded.raw))
         self._remember(run_id, writer)
         if chunks[-1].startswith(_FINISH) or (
@@ -282,22 +257,10 @@ class DynamoChunkLog:
         self, run_id: str, gen: str, start: int, epoch: int, write_id: str, data: tuple[int, dict[str, Any]] | None
     ) -> LogItem | None:
         """Put a marker (``data`` None) or ``(n, attributes)`` at ``start``; the item in the way, if any."""
-        item: dict[str, Any] = {
-            "pk": {"S": run_id},
-            "sk": {"S": chunk_key(gen, start)},
-            "n": {"N": str(data[0] if data else 0)},
-            "e": {"N": str(epoch)},
-            "w": {"S": write_id},
-        }
-        if data is not None:
-            item.update(data[1])
-        # The key of the append after this one: the state machine's failure path without Lambda
-        # (EndWithoutLambda) appends error and finish there, and ASL cannot format 13 digits.
-        item["x"] = {"S": chunk_key(gen, start + (data[0] if data else 0))}
-        item["t"] = {"N": str(int(self._clock() * 1000))}  # lets followers learn the flush cadence
-        expires_at = self._expiry()
-        if expires_at is not None:
-            item["expires_at"] = {"N": str(expires_at)}
+        n, attributes = data or (0, None)
+        sent_ms, expires_at = int(self._clock() * 1000), self._expiry()
+        item = append_item(run_id, gen, start, epoch, write_id, n=n, data=attributes, sent_ms=sent_ms,
+                           expires_at=expires_at)  # fmt: skip
         try:
             response = self._ddb.put_item(
                 TableName=self._table,
@@ -348,21 +311,17 @@ class DynamoChunkLog:
 
     def _seal(self, run_id: str, gen: str, start: int, end: int) -> int:
         """Copy chunks ``[start, end)`` into a segment and record it; returns the sealed count."""
-        out: list[str] = []
-        pos = self._r.take_cached(lk(run_id, gen), start, end, out)
-        if pos < end:
-            items, index, _ = self._r.forward(run_id, gen, pos, end)
-            out += self._r.assemble(run_id, gen, index, items, pos, end)
-        raw = "".join(chunk + "\n" for chunk in out).encode("utf-8")
+        raw = "".join(chunk + "\n" for chunk in self._r.chunks(run_id, gen, start, end)).encode("utf-8")
         self._segments.put(self._segments.segment_key(run_id, gen, start, end), raw, run_id)
-        return self._segments.record(run_id, gen, start, end, self._expiry())
+        return record_segment(self._ddb, self._table, run_id, gen, start, end, self._expiry())
 
-    def _fence_check(self, run_id: str, top: Top, epoch: int) -> int:
-        """The log's end, if ``epoch`` may write there (else ``FencedError``)."""
+    def _writer_at(self, run_id: str, epoch: int) -> _Writer:
+        """The log as its top says, for ``epoch`` to write at its end (else ``FencedError``)."""
+        top = self._r.top(run_id, 0) or Top(generation(None, None), None, [])
         last = top.items[0] if top.items else None
         if last is not None and last.epoch > epoch:
             raise self._fenced(run_id, epoch, last.epoch)
-        return top.end
+        return _Writer(top.gen, epoch, top.end, top.index.sealed if top.index else 0)
 
     @staticmethod
     def _fenced(run_id: str, epoch: int, fence: int) -> FencedError:
@@ -371,8 +330,7 @@ class DynamoChunkLog:
     def _remember(self, run_id: str, writer: _Writer) -> None:
         with self._lock:
             self._writers[run_id] = writer
-        self._r.learn(run_id, writer.gen)
-        self._r.cache.note_boundaries(lk(run_id, writer.gen), writer.end)
+        self._r.note_end(run_id, writer.gen, writer.end)
 
     def _forget(self, run_id: str) -> None:
         with self._lock:
@@ -389,3 +347,35 @@ class DynamoChunkLog:
             raise ValueError(f"invalid run id for the chunk log: {run_id!r}")
         if not 0 <= epoch < MAX_INDEX:
             raise ValueError(f"epoch must be in [0, {MAX_INDEX}), got {epoch}")
+
+
+def record_segment(ddb: Any, table: str, run_id: str, gen: str, start: int, end: int, expires_at: int | None) -> int:
+    """Record the sealed segment ``[start, end)`` after the index's last; returns what is sealed now.
+
+    Conditional on the index ending at ``start``: when another sealer got there first (or this one
+    did, and the reply was lost) nothing changes and the index's end comes back.
+    """
+    update = "SET #s = :end, #ends = list_append(if_not_exists(#ends, :nil), :new), #f = if_not_exists(#f, :f)"
+    values: dict[str, Any] = {
+        ":start": {"N": str(start)}, ":end": {"N": str(end)}, ":nil": {"L": []}, ":new": {"L": [{"N": str(end)}]},
+        ":f": {"N": str(LOG_FORMAT)},
+    }  # fmt: skip
+    if expires_at is not None:
+        update += ", #x = :x"
+        values[":x"] = {"N": str(expires_at)}
+    # Created with the run record at 0; a log of no record gets its index (and format) with its first seal.
+    condition = "#s = :start" if start else "attribute_not_exists(#s) OR #s = :start"
+    names = {k: v for k, v in _SEAL_NAMES.items() if k in update + condition}
+    try:
+        ddb.update_item(
+            TableName=table, Key=item_key(run_id, index_key(gen)), UpdateExpression=update,
+            ConditionExpression=condition, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )  # fmt: skip
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise translate(exc, f"recording a segment of run {run_id!r}") from exc
+        return int((error_item(exc) or {}).get(Index.SEALED, {}).get("N", "0"))
+    except BotoCoreError as exc:
+        raise translate(exc, f"recording a segment of run {run_id!r}") from exc
+    return end

@@ -1,8 +1,9 @@
 """What the chunk log's reader keeps: committed appends and their boundaries, and writers' pace.
 
 An append's chunks never change once committed, so a process that has read (or written) them
-keeps them: a follower, or a second client resuming the same run, reads only what is new. And the
-send times of the appends it read tell a follower when the next one is due.
+keeps them, per incarnation of the run (``(run_id, gen)``: incarnations never share entries): a
+follower, or a second client resuming the same run, reads only what is new. And the send times of
+the appends it read tell a follower when the next one is due.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from bisect import bisect_right, insort
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 
-__all__ = ["Cadence", "SegmentCache"]
-
 _BOUND_RUNS = 1024
 _BOUNDS_PER_RUN = 4096
 _CADENCE_ITEMS = 6  # appends whose send times estimate a writer's pace (the median gap)
@@ -21,6 +20,9 @@ _CADENCE_RUNS = 256
 _MIN_PERIOD, _MAX_PERIOD = 0.01, 1.0
 _COMMIT_MARGIN = 0.01
 """Seconds from a writer sending an append to DynamoDB having committed it (a few ms at p50)."""
+
+
+_Log = tuple[str, str]  # (run id, generation)
 
 
 class SegmentCache:
@@ -35,67 +37,82 @@ class SegmentCache:
         """Create an empty cache holding at most ``max_bytes`` of segment data."""
         self._max = max_bytes
         self._lock = threading.Lock()
-        self._lru: OrderedDict[tuple[str, int], tuple[tuple[str, ...], int]] = OrderedDict()
-        self._starts: dict[str, list[int]] = {}
-        self._bounds: OrderedDict[str, set[int]] = OrderedDict()
+        self._lru: OrderedDict[tuple[_Log, int], tuple[tuple[str, ...], int]] = OrderedDict()
+        self._starts: dict[_Log, list[int]] = {}
+        self._bounds: OrderedDict[_Log, set[int]] = OrderedDict()
         self._bytes = 0
 
-    def put(self, run_id: str, start: int, chunks: tuple[str, ...], size: int) -> None:
+    def put(self, run_id: str, gen: str, start: int, chunks: tuple[str, ...], size: int) -> None:
         """Remember a committed segment (and both of its boundaries)."""
-        self.note_boundaries(run_id, start, start + len(chunks))
+        self.note_boundaries(run_id, gen, start, start + len(chunks))
         if size > self._max:
             return
+        log = (run_id, gen)
         with self._lock:
-            key = (run_id, start)
+            key = (log, start)
             if key in self._lru:
                 self._lru.move_to_end(key)
                 return
             self._lru[key] = (chunks, size)
             self._bytes += size
-            insort(self._starts.setdefault(run_id, []), start)
+            insort(self._starts.setdefault(log, []), start)
             while self._bytes > self._max:
-                (old_run, old_start), (_, old_size) = self._lru.popitem(last=False)
+                (old_log, old_start), (_, old_size) = self._lru.popitem(last=False)
                 self._bytes -= old_size
-                starts = self._starts[old_run]
+                starts = self._starts[old_log]
                 starts.remove(old_start)
                 if not starts:
-                    del self._starts[old_run]
+                    del self._starts[old_log]
 
-    def containing(self, run_id: str, index: int) -> tuple[int, tuple[str, ...]] | None:
+    def take(self, run_id: str, gen: str, pos: int, stop: int | None, out: list[str]) -> int:
+        """Append the cached chunks from ``pos`` (up to ``stop``) to ``out``; returns where the cache
+        ran out."""
+        while stop is None or pos < stop:
+            found = self._containing((run_id, gen), pos)
+            if found is None:
+                break
+            seg_start, chunks = found
+            end = seg_start + len(chunks) if stop is None else min(stop, seg_start + len(chunks))
+            out.extend(chunks[pos - seg_start : end - seg_start])
+            pos = end
+        return pos
+
+    def _containing(self, log: _Log, index: int) -> tuple[int, tuple[str, ...]] | None:
         """The cached segment holding chunk ``index`` as ``(start, chunks)``, if any."""
         with self._lock:
-            starts = self._starts.get(run_id)
+            starts = self._starts.get(log)
             if not starts:
                 return None
             pos = bisect_right(starts, index) - 1
             if pos < 0:
                 return None
             start = starts[pos]
-            chunks, _ = self._lru[(run_id, start)]
+            chunks, _ = self._lru[(log, start)]
             if index >= start + len(chunks):
                 return None
-            self._lru.move_to_end((run_id, start))
+            self._lru.move_to_end((log, start))
             return start, chunks
 
-    def note_boundaries(self, run_id: str, *indexes: int) -> None:
+    def note_boundaries(self, run_id: str, gen: str, *indexes: int) -> None:
         """Record indexes where committed segments start."""
+        log = (run_id, gen)
         with self._lock:
-            bounds = self._bounds.get(run_id)
+            bounds = self._bounds.get(log)
             if bounds is None:
-                bounds = self._bounds[run_id] = set()
+                bounds = self._bounds[log] = set()
                 if len(self._bounds) > _BOUND_RUNS:
                     self._bounds.popitem(last=False)
             elif len(bounds) > _BOUNDS_PER_RUN:
                 bounds.clear()  # crude but bounded; followers only need the recent ones
-            self._bounds.move_to_end(run_id)
+            self._bounds.move_to_end(log)
             bounds.update(indexes)
 
-    def is_boundary(self, run_id: str, index: int) -> bool:
+    def is_boundary(self, run_id: str, gen: str, index: int) -> bool:
         """True when a committed segment is known to start at ``index`` (0 always qualifies)."""
         if index == 0:
             return True
         with self._lock:
-            return index in self._bounds.get(run_id, ())
+            return index in self._bounds.get((run_id, gen), ())
 
 
 class Cadence:
