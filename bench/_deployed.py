@@ -204,28 +204,11 @@ def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, 
     from durable_harness.ports import Checkpoint
     from durable_harness.runner.state import RunState, StreamContext
 
-    from tests.deploy.iam import ACCOUNT
-
     stack = metered.stack
     table = stack.resolver.physical["RunsTable"]
     bucket = stack.resolver.physical["ChunkBucket"]
     chunks = [f'{{"type":"text-delta","id":"t0","delta":" word{i}"}}' for i in range(n - 1)]
     chunks.append('{"type":"finish","finishReason":"stop"}')
-    import durable_harness.aws as aws
-
-    if not hasattr(aws, "DynamoChunkLog"):  # the previous tree: S3 segments and a head item
-        from durable_harness.aws._segments import segment_name
-        from moto.s3.models import s3_backends
-
-        s3_backend = s3_backends[ACCOUNT]["aws"]
-        for start in range(0, n, 10):
-            data = "".join(c + "\n" for c in chunks[start : start + 10]).encode()
-            s3_backend.put_object(bucket, f"runs/{run_id}/seg/" + segment_name(start, 1), data)
-        stack.client("dynamodb").put_item(
-            TableName=table,
-            Item={"pk": {"S": run_id}, "sk": {"S": "log"}, "count": {"N": str(n)}, "epoch": {"N": "1"},
-                  "writer": {"N": "1"}, "writer_from": {"N": "0"}},
-        )  # fmt: skip
     history: list[Any] = [UserMessage(content=[TextPart(text="Go.")])]
     history += [AssistantMessage(content=[TextPart(text="x" * 1000)]) for _ in range(max(1, state_bytes // 1100))]
     state = RunState(run_id=run_id, session_id="s", message_id="m", principal=principal, status="finished",
@@ -236,10 +219,9 @@ def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, 
     store = DynamoCheckpointStore(table, client=stack.client("dynamodb"), s3_client=stack.client("s3"), bucket=bucket)
     store.create(Checkpoint(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished",
                             principal=principal))  # fmt: skip
-    if hasattr(aws, "DynamoChunkLog"):  # the items of the incarnation the record's creation made
-        from _common import log_generation, put_log_direct
+    from _common import log_generation, put_log_direct  # the items of the incarnation the record's creation made
 
-        put_log_direct(table, run_id, chunks, 10, gen=log_generation(stack.client("dynamodb"), table, run_id))
+    put_log_direct(table, run_id, chunks, 10, gen=log_generation(stack.client("dynamodb"), table, run_id))
 
 
 def is_log_request(request: Any) -> bool:
