@@ -66,7 +66,7 @@ def test_a_function_imports_nothing_of_the_local_kit_and_freezes_its_load(logica
         f"{load}\n"
         "import app\n"
         "collector = [gc.isenabled(), gc.get_freeze_count()]  # the load ran without it, then was frozen\n"
-        "getattr(app, '_runtime', lambda: None)()  # the first invocation's setup too\n"
+        "getattr(app, 'function', None) and app.function.parts()  # the first invocation's setup too\n"
         f"print(json.dumps([[m for m in {LOCAL_ONLY!r} if m in sys.modules], collector]))\n"
     )
     env = function_env(logical_id)
@@ -165,7 +165,7 @@ def test_the_slice_function_refuses_a_short_approval_secret_when_it_sets_up(
     code = (
         "import app, sys\n"
         "from durable_harness.errors import ApprovalSecretError\n"
-        "try:\n    app._runtime()\nexcept ApprovalSecretError as exc:\n    print(exc)\n    sys.exit(3)\n"
+        "try:\n    app.function.parts()\nexcept ApprovalSecretError as exc:\n    print(exc)\n    sys.exit(3)\n"
         "print(sorted(m for m in ('boto3', 'botocore.client') if m in sys.modules))\n"
     )
     arn = short_approval_secret["TOOL_APPROVAL_SECRET_ARN"]

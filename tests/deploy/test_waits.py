@@ -100,6 +100,15 @@ def test_a_run_event_through_eventbridge_resumes_a_parked_run(stack: MotoStack) 
     assert stack.invoke("TriggerFunction", event)["duplicate"] is True  # a redelivery changes nothing
 
 
+@pytest.mark.parametrize("detail", [{"runId": 7, "name": "build-done"}, {"runId": ["wrun_x"], "name": "x"}, "text"])
+def test_a_run_event_whose_run_id_is_not_a_string_is_rejected_not_a_crash(stack: MotoStack, detail: object) -> None:
+    event = {"version": "0", "id": "e-2", "source": "durable-harness.client", "detail-type": "Run Event",
+             "detail": detail}  # fmt: skip
+    # Dropped with its reason (a redelivery cannot fix it), not an error EventBridge would retry.
+    assert stack.invoke("TriggerFunction", event) == {"error": "A Run Event needs detail {runId, name, payload}."}
+    assert stack.calls_of("TriggerFunction")[-1].error is None
+
+
 def test_a_sleep_parks_in_a_wait_state_and_resumes_the_run(stack: MotoStack) -> None:
     run_id = start_run(stack, "Take a nap.")
     [execution] = stack.wait_for_executions(run_id)

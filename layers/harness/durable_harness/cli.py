@@ -12,24 +12,16 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .approvals import DEFAULT_SECRET_ENV
 from .errors import AgentConfigError
 from .harness.interface import Harness
+from .settings import DEFAULT_AGENT
 
 if TYPE_CHECKING:  # imported by the commands only: the Lambda functions import load_agent from here
     import argparse
-
-DEFAULT_AGENT = "my_agent:build_agent"
-
-
-def agent_spec(env: Mapping[str, str] = os.environ) -> str:
-    """The ``AGENT`` spec (``module:attribute``) of this process: what loads its agent, and the
-    identity its runs record (``Runner(agent_id=...)``, one rule locally and deployed)."""
-    return env.get("AGENT") or DEFAULT_AGENT
 
 
 def load_agent(spec: str, **kwargs: Any) -> Harness:
@@ -81,36 +73,38 @@ def _local_approval_secret(data_dir: str) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    import dataclasses
+
     import uvicorn
 
     from .agent.pool import tool_threads
-    from .errors import AgentConfigError, HarnessError
+    from .errors import AgentConfigError, HarnessError, SettingsError
     from .hardening import deny_proc_reads
-    from .server.auth import authenticator_from_env
-    from .server.local import build_local_kit
+    from .server.local import local_kit
+    from .settings import Settings
 
     deny_proc_reads()  # harness programs and tools' subprocesses cannot read our environment or memory
     try:
         tool_threads()  # a bad TOOL_THREADS fails here, not at the first tool call
-    except AgentConfigError as exc:
+        settings = Settings.from_env()
+    except (AgentConfigError, SettingsError) as exc:
         raise SystemExit(str(exc)) from None
-    extra = {"delay": args.demo_delay} if args.agent == DEFAULT_AGENT else {}
-    _local_approval_secret(args.data_dir)
-    agent = load_agent(args.agent, **extra)
-    try:
-        authenticator = authenticator_from_env(os.environ, default_mode="none", local=True)
-    except ValueError as exc:
-        raise SystemExit(f"authentication: {exc}") from None
-    kit = build_local_kit(
-        agent, args.data_dir, slice_seconds=args.slice_seconds, authenticator=authenticator, agent_id=args.agent
+    # The command's options win over the settings they default to.
+    settings = dataclasses.replace(
+        settings,
+        agent=args.agent or settings.agent,
+        slice_seconds=settings.slice_seconds if args.slice_seconds is None else args.slice_seconds,
     )
+    data_dir = args.data_dir or settings.data_dir or ".data"
+    extra = {"delay": args.demo_delay} if settings.agent == DEFAULT_AGENT else {}
+    _local_approval_secret(data_dir)
     try:
-        kit.runner.approval_secret.check()  # read now: a bad secret stops the start, not the first approval
-    except HarnessError as exc:  # too short, or its Secrets Manager secret cannot be read
+        kit = local_kit(settings, data_dir=data_dir, **extra)  # the local mode's root (server/local.py)
+    except HarnessError as exc:  # a bad AUTH_* setting, or an approval secret too short or unreadable
         raise SystemExit(str(exc)) from None
     url = f"http://{args.host}:{args.port}"
     kit.runner.public_url = kit.runner.public_url or url  # the base of the event URLs tools hand out
-    print(f"durable-harness: chat app on {url}  (data in {args.data_dir}, agent {args.agent})", flush=True)
+    print(f"durable-harness: chat app on {url}  (data in {data_dir}, agent {settings.agent})", flush=True)
     question = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "What is the weather in Paris?"}]}
     print(f"  try: curl -N {url}/api/chat -d '{json.dumps({'messages': [question]})}'", flush=True)
     uvicorn.run(kit.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
@@ -178,11 +172,12 @@ def main(argv: list[str] | None = None) -> None:
     serve = sub.add_parser("serve", help="serve the chat app with embedded storage")
     serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-    serve.add_argument("--data-dir", default=os.environ.get("DATA_DIR", ".data"))
+    # Defaults from the settings (durable_harness.settings): DATA_DIR (else .data), AGENT, SLICE_SECONDS.
+    serve.add_argument("--data-dir", default=None, help="the data folder (env DATA_DIR; default .data)")
     serve.add_argument(
-        "--agent", default=agent_spec(), help="module:attribute (env AGENT): the agent, and its runs' identity"
+        "--agent", default=None, help="module:attribute (env AGENT): the agent, and its runs' identity"
     )
-    serve.add_argument("--slice-seconds", type=float, default=float(os.environ.get("SLICE_SECONDS", "600")))
+    serve.add_argument("--slice-seconds", type=float, default=None, help="one slice's budget (env SLICE_SECONDS)")
     serve.add_argument("--demo-delay", type=float, default=float(os.environ.get("DEMO_DELAY", "0.03")))
     serve.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
     client = _client_options()
