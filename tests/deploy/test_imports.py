@@ -158,6 +158,18 @@ def test_the_chat_process_refuses_a_short_approval_secret_at_start_up_in_one_lin
     assert "twenty-bytes-secret" not in done.stderr + done.stdout
 
 
+def test_the_chat_process_refuses_a_bad_setting_at_start_up_in_one_line_naming_it() -> None:
+    env = function_env("ChatFunction") | {"AWS_LWA_PORT": "9", "RUN_TTL_DAYS": "soon"}
+    script = ROOT / "functions" / "chat" / "run.sh"
+    env["LAMBDA_TASK_ROOT"] = str(script.parent)
+    env["PYTHONPATH"] = str(ROOT / "layers" / "harness")
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(["bash", str(script)], env=env, cwd=script.parent, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == ["chat function: RUN_TTL_DAYS must be a number of days, got 'soon'"]
+
+
 def test_the_slice_function_refuses_a_short_approval_secret_when_it_sets_up(
     short_approval_secret: dict[str, str],
 ) -> None:
