@@ -151,7 +151,7 @@ class Settings:
     stream_window_seconds: float = 840.0
     stream_poll_seconds: float = 0.05
     function_memory_mb: int = 1024
-    environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     """The snapshot itself, for the parts that take an ``env`` mapping (never secrets' values: names)."""
 
     @classmethod

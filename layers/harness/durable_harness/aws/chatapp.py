@@ -1,5 +1,5 @@
 """The deployed chat function's composition root: its ASGI app over the AWS runtime, built from the
-settings (``functions/chat/app.py``; locally :func:`durable_harness.server.local.local_chat_app`)."""
+settings (``functions/chat/app.py``; locally :func:`durable_harness.server.local.local_kit`)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ invocation (an import without ``RUNS_TABLE``, as tests and tools do, builds noth
 * :class:`~.trigger.TriggerFunction`: a run per "Start Run" event (decision D9), and "Run Event"
   deliveries to waiting runs (decision D16);
 * :func:`~.chatapp.chat_app`: the deployed chat function's ASGI app (locally
-  :func:`durable_harness.server.local.local_chat_app`).
+  :func:`durable_harness.server.local.local_kit`).
 
 What a handler runs is imported with this module, at the function's INIT (the functions freeze
 what their load made, ``gc.freeze``), not at its first invocation.

@@ -218,7 +218,7 @@ def function_parts(
     the approval secret now (a function that signs approvals): a secret under 32 bytes, or one
     that may not be read, fails the function's start, with its own message; that read is the
     one the first approval uses (:class:`~durable_harness.approvals.ApprovalSecret`)."""
-    from ..cli import load_agent  # the runner and the agent: imported by the functions, not by the adapters' users
+    from ..loader import load_agent  # the runner and the agent: imported by the functions, not by the adapters' users
     from ..runner.runner import Runner
 
     runtime = build_runtime(settings, session=session)

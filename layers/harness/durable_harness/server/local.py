@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from ..errors import SettingsError
 from ..harness.interface import Harness
+from ..loader import load_agent
 from ..runner.local import LocalOrchestrator
 from ..runner.runner import Runner
 from ..settings import Settings
@@ -50,7 +51,6 @@ def local_kit(settings: Settings, *, data_dir: str | None = None, **agent_kwargs
     ``SLICE_SECONDS``, the ``AUTH_MODE`` authentication (default none), the chat page unless
     ``SERVE_WEB_PAGE=0``, event URLs under ``PUBLIC_URL``. The approval secret is read now: one
     under 32 bytes stops the start, not an approval."""
-    from ..cli import load_agent  # the loader of agent files (module:attribute)
 
     agent = load_agent(settings.agent, **agent_kwargs)
     try:
