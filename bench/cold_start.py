@@ -537,7 +537,7 @@ def main() -> None:
     print(table(["function", "import CPU ms p50", "import ms p50", "import ms min", "first-call setup CPU ms",
                  "process ms (incl. start-up)", "modules (compiled at import)", "no .pyc: CPU ms", "no .pyc: ms"],
                 rows))  # fmt: skip
-    print("\n(first-call setup: the handler's function.parts(), AWS clients and the agent, paid by the first invocation; "
+    print("\n(first-call setup: function.parts(): AWS clients and the agent, paid by the first invocation; "
           f"the chat app makes its clients at import; the chat is loaded as its start script does: "
           f"{chat_launcher(build / FUNCTIONS['chat'])})")  # fmt: skip
     print(f"network connections attempted at import: { ({n: f['attempts'] for n, f in figures.items()}) }")

@@ -504,3 +504,28 @@ async def test_with_lite_clients_off_a_turn_runs_over_botocore_clients_in_lambda
     # botocore's calls, recorded by the stack (it sees no lite client's).
     assert {("ChatFunction", "dynamodb:PutItem"), ("ChatFunction", "states:StartExecution"),
             ("SliceFunction", "dynamodb:Query")} <= made, made  # fmt: skip
+
+
+SIGNING_KEY = "s3cr3t-signing-key-0123456789abcdef"
+
+
+@pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", SIGNING_KEY))
+async def test_the_chat_function_reads_the_approval_secret_once_for_its_start_and_its_first_approval(
+    stack: MotoStack,
+) -> None:
+    from durable_harness.approvals import verify_tool_approval
+
+    from .stack import ACTOR
+
+    token = ACTOR.set("ChatFunction")  # its start-up's calls are the chat function's (the stack records them)
+    try:
+        app = chat_app(stack)  # a cold start: the secret is checked (a short one stops it)
+    finally:
+        ACTOR.reset(token)
+    response = await call(app, sample_event("chat-post.json"))
+    [request] = [c for c in response.chunks() if c["type"] == "tool-approval-request"]
+    signature = request["signature"]
+    assert verify_tool_approval(SIGNING_KEY, signature, request["approvalId"], "c9", "remove", {"name": "gamma"})
+    reads = [c for c in stack.calls if c.actor == "ChatFunction" and "secretsmanager:GetSecretValue" in c.actions]
+    assert len(reads) == 1  # the start-up check's read signs the first approval too

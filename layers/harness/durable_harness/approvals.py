@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ApprovalSecretError, SecretUnavailableError
@@ -128,6 +128,13 @@ class ApprovalSecret:
         if self._loader is not None:
             return "the value given to ApprovalSecret"
         return self._secret_id() or self.env_var or "custom loader"
+
+    def pin(self, environ: Mapping[str, str]) -> None:
+        """Take the Secrets Manager secret (``TOOL_APPROVAL_SECRET_ARN``) from ``environ`` now, once,
+        instead of from the process environment at each read: a composition root's settings
+        (:attr:`durable_harness.settings.Settings.environ`). A source given explicitly stays."""
+        if self._loader is None and self.secret_id is None and self.env_var:
+            self.secret_id = environ.get(DEFAULT_SECRET_ARN_ENV, "").strip() or None
 
     @classmethod
     def from_value(cls, value: str) -> ApprovalSecret:

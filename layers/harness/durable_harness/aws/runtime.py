@@ -227,6 +227,7 @@ def function_parts(
         load_agent(settings.agent), runtime.store, runtime.log, flush_interval=flush, on_commit=on_commit,
         agent_id=settings.agent, public_url=settings.public_url,
     )  # fmt: skip
+    runner.approval_secret.pin(settings.environ)  # its secret's ARN: from the settings, as everything else
     if check_secret:
         runner.approval_secret.check()
     return FunctionParts(settings, runtime, runner)

@@ -66,6 +66,7 @@ def local_kit(settings: Settings, *, data_dir: str | None = None, **agent_kwargs
         agent_id=settings.agent,
     )
     kit.runner.public_url = kit.runner.public_url or settings.public_url
+    kit.runner.approval_secret.pin(settings.environ)
     kit.runner.approval_secret.check()
     return kit
 
