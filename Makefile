@@ -92,6 +92,7 @@ test-nextjs: setup chromium tests/browser/node_modules/.installed nextjs-build
 
 lint: setup
 	$(VENV)/bin/ruff check layers functions tests bench examples scripts
+	$(VENV)/bin/lint-imports --no-cache  # the layers and acyclic contracts in pyproject.toml
 
 typecheck: setup
 	$(VENV)/bin/mypy
@@ -102,9 +103,15 @@ test-python: setup
 test-node: setup node-setup
 	cd tests/node && PYTHON=$(CURDIR)/$(PY) npm test
 
+# Under Python 3.12 (the functions' and the AgentCore bridge's runtime): the tests of the code that runs
+# there, the handlers and adapters under moto and the core they load. The local kit's own suites
+# (server, harness sessions, terminal, reliability, security) run once, under the default Python.
+PY312_TESTS := tests/deploy tests/aws tests/agent tests/runner tests/storage tests/protocol tests/models \
+	tests/telemetry tests/waits tests/harness/test_bridge.py tests/test_docs.py
 test-python312:
 	@if [ -z "$(PYTHON312)" ]; then echo "python3.12 not found; skipping the 3.12 run"; else \
-	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && .venv312/bin/pytest -q -p no:cacheprovider; fi
+	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && \
+	  .venv312/bin/pytest -q -p no:cacheprovider $(PY312_TESTS); fi
 
 clean:
 	rm -rf .venv .venv312 .data tests/node/node_modules web/node_modules tests/browser/node_modules $(NEXTJS)/node_modules $(NEXTJS)/.next $(STATIC) tests/artifacts .pytest_cache .mypy_cache .ruff_cache
@@ -146,14 +153,14 @@ deploy-checks: sam-setup web
 	PATH="$(dir $(PYTHON312)):$$PATH" $(SAM_ENV) $(SAM_VENV)/bin/sam build --cached --parallel \
 	  --template template.yaml --build-dir .aws-sam/build --cache-dir .aws-sam/cache
 
-# --- Deploying (README "Deploying"): python3.12 found, `sam build`, then `sam deploy --guided` the
+# --- Deploying (docs/deploying.md): python3.12 found, `sam build`, then `sam deploy --guided` the
 # first time (no Region recorded in samconfig.toml yet) or `sam deploy`, with .venv-sam's SAM CLI.
 #   make deploy [GUIDED=1] [DRY_RUN=1]     DRY_RUN prints the commands instead of running them
 .PHONY: deploy
 deploy: sam-setup web
 	PYTHON312="$(PYTHON312)" $(SAM_VENV)/bin/python scripts/deploy.py $(if $(DRY_RUN),--dry-run) $(if $(GUIDED),--guided)
 
-# --- The check of a deployed stack: what a user tries first (README "Deploying") ----------------
+# --- The check of a deployed stack: what a user tries first (docs/deploying.md) ----------------
 #   make check-deploy URL=https://<id>.lambda-url.<region>.on.aws TOKEN=<bearer token>
 # TOKEN goes through the environment (CHAT_TOKEN), not the command line; APPROVAL_PROMPT names a
 # turn that asks for a tool approval (my_agent: "Save a note: hello").

@@ -105,7 +105,7 @@ def main() -> None:
     text, met, missed = summary(rows, failed, peers)
     print(f"\n{'=' * 100}\nmake bench: {machine()}\n")
     print(table(["script", "seconds", "result"], timings))
-    print(f"\ntargets (issues 10 and 20): {met} MET, {missed} MISSED\n")
+    print(f"\ntargets (bench/_targets.py): {met} MET, {missed} MISSED\n")
     print(text)
     sys.exit(1 if failed else 0)
 

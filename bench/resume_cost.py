@@ -7,7 +7,7 @@ Lambda container) and warm (the same object again):
 
 * ``read(count-5)``: a client that knows the absolute index (``startIndex = count-5``);
 * ``tail(5)``: a negative index (``startIndex=-5``): the count and the last chunks in one read;
-* (deployed only) the whole edge: ``ChatService.stream_start`` (the run's summary + the log's tail)
+* (deployed only) the whole edge: ``server.resume.stream_start`` (the run's summary + the log's tail)
   and the first ``follow`` batch, as ``GET /api/chat/{run}/stream?startIndex=-5`` does for a
   finished run whose record holds a 50-step history (~50 KB).
 
@@ -36,6 +36,7 @@ from durable_harness.messages import AssistantMessage, TextPart, UserMessage
 from durable_harness.ports import Checkpoint
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState, StreamContext
+from durable_harness.server.resume import stream_start
 from durable_harness.server.service import ChatService
 from durable_harness.storage.files import FileChunkLog
 
@@ -131,11 +132,11 @@ def build_deployed_log(aws: MotoAws, run_id: str, n: int, segment: int, bursts: 
 
 def edge_resume(agent: Any, store: Any, log: Any, run: str) -> list[str]:
     """What ``GET /api/chat/{run}/stream?startIndex=-5`` reads: the run's summary and the log's
-    tail (``ChatService.stream_start``), then the first ``follow`` batch."""
+    tail (``server.resume.stream_start``), then the first ``follow`` batch."""
     service = ChatService(Runner(agent, store, log), orchestrator=None)  # type: ignore[arg-type]
 
     async def go() -> list[str]:
-        began = await service.stream_start(run, -5, "bench")
+        began = await stream_start(service, run, -5, "bench")
         start, first = began.start, began.first
         async for batch in service.follow(run, start, first):
             return batch or []

@@ -182,6 +182,15 @@ def _serve_httpd(app: Any, **options: Any) -> Iterator[str]:
         thread.join(15)
 
 
+async def until_due(runner: Any, run_id: str) -> None:
+    """Until the parked run is due on the runner's clock (its deadline passed); bounded: 30 s."""
+    for _ in range(600):
+        if runner.due(runner.load(run_id)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} never came due")
+
+
 def user_message(text: str, message_id: str = "u1") -> dict[str, Any]:
     """A UI user message as the client sends it."""
     return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}

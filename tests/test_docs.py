@@ -1,5 +1,7 @@
-"""The design the code cites is in the repository: every decision ``D<n>`` named in the code (the
-library, the handlers, the state machine, the template) is defined in ``docs/architecture.md``."""
+"""The docs match the repository: every decision ``D<n>`` named in the code (the library, the
+handlers, the state machine, the template) is defined in ``docs/architecture.md``; every relative
+link of the README and the docs pages reaches a file, and a heading when it names one; the HTTP API
+page names every error code the API can answer."""
 
 from __future__ import annotations
 
@@ -47,8 +49,101 @@ def test_the_decisions_are_defined_once_each_in_order() -> None:
     assert numbers == list(range(1, len(numbers) + 1))
 
 
-def test_the_readme_links_the_architecture_doc() -> None:
-    assert "docs/architecture.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_readme_links_every_docs_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+    assert "docs/architecture.md" in pages and "docs/http-api.md" in pages
+    assert [p for p in pages if f"]({p})" not in readme] == []
+
+
+# --- links ---------------------------------------------------------------------------------------
+
+DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md")
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
+_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+
+
+def prose(text: str) -> str:
+    """The Markdown without its code blocks and code spans (a link shown as code is no link)."""
+    return _CODE_SPAN.sub("", _FENCE.sub("", text))
+
+
+def anchors(text: str) -> set[str]:
+    """The ids GitHub gives the headings of a Markdown page: lower case, punctuation dropped,
+    spaces as hyphens, a repeated id numbered ``-1``, ``-2``, ..."""
+    seen: dict[str, int] = {}
+    out: set[str] = set()
+    for title in _HEADING.findall(_FENCE.sub("", text)):
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title)  # a link in a heading keeps its text
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        out.add(slug if count == 0 else f"{slug}-{count}")
+    return out
+
+
+def broken_links(page: Path) -> list[str]:
+    """The relative links of ``page`` that reach no file, or no heading of the page they name."""
+    broken = []
+    for target in _LINK.findall(prose(page.read_text(encoding="utf-8"))):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...: not this repository's
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        if not resolved.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and (resolved.suffix != ".md" or anchor not in anchors(resolved.read_text(encoding="utf-8"))):
+            broken.append(f"{target} (no such heading)")
+    return broken
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_resolves() -> None:
+    assert all(page.is_file() for page in DOCS)
+    broken = {str(page.relative_to(ROOT)): found for page in DOCS if (found := broken_links(page))}
+    assert not broken, broken
+
+
+def test_the_link_check_sees_links_anchors_and_code(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Title\n\n## 3. Some `code`: here\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](other.md) [ok](other.md#3-some-code-here) [ok](other.md#twice-1) [ok](#local) [ok](https://x.y/z)\n"
+        "[bad](missing.md) [bad](other.md#nope) [bad](#elsewhere) `[not a link](missing.md)`\n\n"
+        "```\n[not a link](missing.md)\n# not a heading\n```\n\n## Local\n"
+    )
+    assert broken_links(page) == ["missing.md (no such file)", "other.md#nope (no such heading)",
+                                  "#elsewhere (no such heading)"]  # fmt: skip
+
+
+# --- the HTTP API's error codes ------------------------------------------------------------------
+
+HTTP_API = ROOT / "docs" / "http-api.md"
+PACKAGE = ROOT / "layers" / "harness" / "durable_harness"
+_CODES = re.compile(r'\bcode="([a-z_]+)"|"code": "([a-z_]+)"')
+NOT_HTTP = {"aws/events.py": "the trigger function's EventBridge events: refused events are logged and counted"}
+
+
+def error_codes() -> dict[str, list[str]]:
+    """Every error code the package spells (``code="..."`` or ``"code": "..."``) -> the files."""
+    found: dict[str, list[str]] = {"bad_request": ["errors.py"]}  # InvalidRequestError's default
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        if name in NOT_HTTP:
+            continue
+        for match in _CODES.finditer(path.read_text(encoding="utf-8")):
+            found.setdefault(match.group(1) or match.group(2), []).append(name)
+    return found
+
+
+def test_the_http_api_page_names_every_error_code_the_api_answers() -> None:
+    codes = error_codes()
+    assert {"invalid_json", "run_not_found", "duplicate_event", "storage_unavailable"} <= set(codes)
+    page = HTTP_API.read_text(encoding="utf-8")
+    named = set(re.findall(r"`(?:\d{3} )?([a-z_]+)`", page))  # `invalid_json`, `404 run_not_found`
+    missing = {code: files for code, files in codes.items() if code not in named}
+    assert not missing, f"error codes the API answers that docs/http-api.md does not name: {missing}"
 
 
 # --- the settings: one table, the settings object's, and every variable the code reads --------------

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 from durable_harness.agent.loop import DEFAULT_MAX_STEPS, ToolLoopAgent
-from durable_harness.agent.tools import Tool, tool
 from durable_harness.errors import ToolError
 from durable_harness.messages import TextPart, ToolMessage, UserMessage
 from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
 from durable_harness.runner import Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
+from durable_harness.tools import Tool, tool
 from pydantic import BaseModel, Field
 
 from tests.support import log_chunks, message_of

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 from durable_harness import Agent, tool
-from durable_harness.agent.pool import DEFAULT_TOOL_THREADS, set_tool_threads, tool_threads
 from durable_harness.errors import AgentConfigError
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
 from durable_harness.server.local import build_local_kit
+from durable_harness.tools.pool import DEFAULT_TOOL_THREADS, set_tool_threads, tool_threads
 from pydantic import BaseModel
 
 from tests.support import parse_sse_body, serve, user_message

@@ -7,6 +7,7 @@ The contract's test functions are imported as they are; pytest collects them her
 from __future__ import annotations
 
 from tests.storage.test_storage_contract import (
+    test_a_turn_starts_from_the_last_checkpoint_of_its_chats_previous_run,
     test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks,
     test_adapters_satisfy_the_protocols,
     test_append_and_read_at_any_start,
@@ -33,6 +34,7 @@ from tests.storage.test_storage_contract import (
 )
 
 __all__ = [
+    "test_a_turn_starts_from_the_last_checkpoint_of_its_chats_previous_run",
     "test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks",
     "test_adapters_satisfy_the_protocols",
     "test_append_and_read_at_any_start",

@@ -8,17 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durable_harness.client.terminal import (
-    Renderer,
-    Spinner,
-    Style,
-    Terminal,
-    compact,
-    format_status,
-    parse_approval,
-    run_chat,
-    use_color,
-)
+from durable_harness.client.render import Renderer, Spinner, Style, compact, use_color
+from durable_harness.client.terminal import Terminal, format_status, parse_approval, run_chat
 from durable_harness.protocol.ui_chunks import UIChunkModel, parse_ui_chunk
 
 from tests.client.conftest import make_kit

@@ -148,6 +148,23 @@ async def test_a_hand_over_that_comes_before_the_task_waits_is_not_lost(
 
 
 @pytest.mark.stack_parameters(**IN_ONE_SLICE)
+async def test_a_throttled_hand_over_is_tried_again_rather_than_left_to_the_heartbeat_timeout(
+    stack: MotoStack,
+) -> None:
+    # Three throttles past the client's own retries: the callback task would otherwise wait out
+    # its heartbeat timeout and the slice function would take over a run that had ended.
+    stack.api_faults[("ChatFunction", "SendTaskSuccess")] = ["ThrottlingException"] * 3
+    response = await call(chat_app(stack), sample_event("chat-post.json"))
+    run_id = response.headers["x-workflow-run-id"]
+    assert_complete_turn(response.chunks())
+    assert stack.api_faults[("ChatFunction", "SendTaskSuccess")] == []  # every throttle was met
+    [execution] = await executions_of(stack, run_id)
+    assert execution["status"] == "SUCCEEDED", execution
+    assert task_states(stack, execution) == [("AwaitChatSlice", "TaskSucceeded")]
+    assert stack.calls_of("SliceFunction", run_id) == []
+
+
+@pytest.mark.stack_parameters(**IN_ONE_SLICE)
 async def test_a_heartbeat_that_comes_before_the_task_waits_keeps_the_slice_in_process(
     stack: MotoStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

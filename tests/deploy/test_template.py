@@ -622,14 +622,13 @@ def test_the_finalizer_retries_a_throttle_for_minutes_then_ends_the_run_without_
     assert set(machine["EndRunsWithoutLambda"]["Action"]) == {"dynamodb:Query", "dynamodb:PutItem"}
 
 
-def test_the_readme_deploy_section_lists_every_parameter_and_output() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Deploy to AWS") : readme.index("### Choosing the model")]
-    table_text = section[section.index("| parameter | default | meaning |") : section.index("The stack's outputs")]
+def test_the_deploying_doc_lists_every_parameter_and_output() -> None:
+    doc = (ROOT / "docs" / "deploying.md").read_text()
+    table_text = doc[doc.index("| parameter | default | meaning |") : doc.index("### 4. The outputs")]
     rows = [line.strip() for line in table_text.splitlines()[2:] if line.strip().startswith("|")]
     named = set(re.findall(r"`(\w+)`", "\n".join(row.split("|")[1] for row in rows)))
     assert set(TEMPLATE["Parameters"]) <= named, set(TEMPLATE["Parameters"]) - named
-    outputs = section[section.index("The stack's outputs") : section.index("**Point a web client")]
+    outputs = doc[doc.index("### 4. The outputs") : doc.index("### 5. Check it")]
     assert all(f"`{name}`" in outputs for name in TEMPLATE["Outputs"]), [
         n for n in TEMPLATE["Outputs"] if f"`{n}`" not in outputs
     ]

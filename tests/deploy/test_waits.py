@@ -56,14 +56,21 @@ def assert_resumed(stack: MotoStack, run_id: str, slices_parked: int) -> list[di
     return chunks
 
 
-async def test_an_event_through_the_run_api_resumes_a_parked_run(stack: MotoStack) -> None:
-    run_id, parked = park(stack)
+async def post_event(stack: MotoStack, run_id: str, payload: Any) -> tuple[Any, dict[str, Any]]:
+    """POST ``build-done`` to the run API of a chat function (it resumes the parked run); the app
+    and the request, for a repeat."""
     with stack.function_env("ChatFunction"):
         app = load_chat_app()
     post = with_path(sample_event("chat-post.json"), f"/api/runs/{run_id}/events/build-done")
-    post["body"] = json.dumps({"status": "green"})
+    post["body"] = json.dumps(payload)
     response = await call(app, post)
     assert response.status == 202 and response.json()["outcome"] == "resumed", response.body
+    return app, post
+
+
+async def test_an_event_through_the_run_api_resumes_a_parked_run(stack: MotoStack) -> None:
+    run_id, parked = park(stack)
+    app, post = await post_event(stack, run_id, {"status": "green"})
     chunks = assert_resumed(stack, run_id, parked)
     [result] = [c for c in chunks if c["type"] == "tool-output-available"]
     assert result["output"] == {"build": "b-1", "status": "green"}
@@ -157,3 +164,77 @@ async def test_a_chat_run_that_parks_in_the_chat_functions_own_slice_streams_on_
     # The chat function parked it; the slice function ran only to park it in AwaitEvent, then the
     # slice the event woke.
     assert [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)] == ["awaiting_event", "finished"]
+
+
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", "k" * 40))
+@pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_wait_agent", SliceSeconds="600")
+async def test_the_chat_functions_own_slice_hands_out_absolute_event_urls_of_its_function_url(
+    stack: MotoStack,
+) -> None:
+    agents.CONTROL.hooks = hooks = []
+    with stack.function_env("ChatFunction") as env:
+        app = load_chat_app()
+    # Deployed, the function's environment names the secret all its life; here the process's is
+    # the function's only while the app is built, so the app keeps the ARN it was built with.
+    app.service.runner.approval_secret.secret_id = env["TOOL_APPROVAL_SECRET_ARN"]
+    post, response, _ = await started_post(app)
+    run_id = response.headers["x-workflow-run-id"]
+    await wait_for(lambda: parked_token(stack, run_id) is not None, "the run to park in AwaitEvent")
+    # The chat function ran the step that handed the URL out (the slice function only parked it).
+    assert [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)] == ["awaiting_event"]
+    [hook] = hooks
+    origin = "https://" + sample_event("chat-post.json")["headers"]["host"]  # the Function URL's domain
+    assert hook.startswith(f"{origin}/hooks/events/"), hook
+    event = with_path(sample_event("chat-post.json"), hook.removeprefix(origin))
+    event["headers"].pop("authorization", None)  # the token in the URL is the only credential
+    event["body"] = json.dumps({"status": "absolute"})
+    delivered = await call(app, event)
+    assert delivered.status == 202 and delivered.json()["outcome"] == "resumed", delivered.body
+    await finish(post)
+    [result] = [c for c in response.chunks() if c["type"] == "tool-output-available"]
+    assert result["output"] == {"build": "b-1", "status": "absolute"}
+
+
+async def test_a_parked_execution_that_continues_as_new_still_takes_the_event(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one thing not real: the execution's age. Nothing makes one 300 days old here, so the
+    # slice function's first park reports it so (renew), as wait_of does for an old execution.
+    slices = stack.functions["SliceFunction"]
+    with stack.function_env("SliceFunction"):  # loaded as its first invocation would
+        slices.load_handler()
+    assert slices.module is not None
+    wait_of, renewed = slices.module.wait_of, []
+
+    def old_once(state: Any, **kwargs: Any) -> dict[str, Any] | None:
+        wait = wait_of(state, **kwargs)
+        if wait is not None and not renewed:
+            renewed.append(state.run_id)
+            return {**wait, "renew": True}
+        return wait
+
+    monkeypatch.setattr(slices.module, "wait_of", old_once)
+    run_id = start_run(stack, "Build acme.")
+    wait_until(lambda: parked_token(stack, run_id) is not None, what="the run to park in AwaitEvent")
+    first, second = sorted((e for e in stack.executions() if e["name"].startswith(run_id)),
+                           key=lambda e: e["startDate"])  # fmt: skip
+    assert renewed == [run_id] and second["name"].endswith("-c1") and second["status"] == "RUNNING"
+    assert first["status"] == "SUCCEEDED"  # "Continued": the first parked nowhere
+    entered = [e["stateEnteredEventDetails"]["name"] for e in stack.history(first["executionArn"])
+               if e["type"].endswith("StateEntered")]  # fmt: skip
+    assert entered[-4:] == ["Park", "NextGeneration", "ContinueAsNew", "Continued"]
+    assert "AwaitEvent" not in entered and state_of(stack, run_id).status == "awaiting_event"
+
+    await post_event(stack, run_id, {"status": "after renewal"})
+    executions = stack.wait_for_executions(run_id, count=2)
+    assert [e["status"] for e in executions] == ["SUCCEEDED", "SUCCEEDED"]
+    assert state_of(stack, run_id).status == "finished"
+    # The first execution's slice parked the run; the new one's first slice found it not due and
+    # parked it in AwaitEvent; the event woke the next (the tool's step replayed, not run again).
+    statuses = [s.result["status"] for s in stack.calls_of("SliceFunction", run_id)]
+    assert statuses == ["awaiting_event", "awaiting_event", "ready_for_next_step", "finished"]
+    assert agents.CONTROL.executions == {"start:acme": 1}
+    chunks = log_of(stack, run_id)
+    assert types(chunks).count("finish") == 1 and types(chunks)[-1] == "finish"
+    [result] = [c for c in chunks if c["type"] == "tool-output-available"]
+    assert result["output"] == {"build": "b-1", "status": "after renewal"}

@@ -25,14 +25,18 @@ FAULT_DIR = Path(os.environ.get("FAULT_DIR") or tempfile.gettempdir())
 """Where the fault programs keep their marker files (``FAULT_DIR``, so that a test can find them)."""
 
 
-def faulty(mode: str, *, grace: float = GRACE, fault_dir: Path = FAULT_DIR) -> ProcessHarness:
-    """The example program with ``mode``'s fault injected (see ``faulty_notes.py``)."""
+def faulty(mode: str, *, grace: float = GRACE, fault_dir: Path = FAULT_DIR, **options: Any) -> ProcessHarness:
+    """The example program with ``mode``'s fault injected (see ``faulty_notes.py``); it gets
+    ``INPUT_LOG``. ``options`` go to the harness (``session="persistent"``: the program's
+    persistent mode)."""
+    persistent = ["--persistent"] if options.get("session") == "persistent" else []
     return ProcessHarness(
-        command=[sys.executable, str(HERE / "faulty_notes.py"), mode, str(fault_dir)],
+        command=[sys.executable, str(HERE / "faulty_notes.py"), mode, str(fault_dir), *persistent],
         tools=[get_weather],
-        env=example.env,
+        env={**example.env, "INPUT_LOG": None},
         builtin_tools=BUILTIN,
         stop_grace_seconds=grace,
+        **options,
     )
 
 
@@ -46,13 +50,27 @@ def misbehaving(mode: str, **options: Any) -> ProcessHarness:
     )
 
 
+waiting = ProcessHarness(
+    command=[sys.executable, str(HERE / "waiting_program.py")],
+    env={"WAIT_DIR": None, "WAIT_TIMEOUT": None, "NAP_SECONDS": None},
+)
+"""``waiting_program.py``: a program that waits for an event (or sleeps) over the wire."""
 persistent = session_agent(stop_grace_seconds=GRACE)
 """The example program in a persistent session (its bridges register in the server's data folder)."""
+destroys_on_finish = session_agent(stop_grace_seconds=GRACE, destroy_on_finish=True)
+"""A persistent session that ends when its turn finishes."""
+idles_out = session_agent(stop_grace_seconds=GRACE, session_idle_seconds=1)
+"""A persistent session that ends after 1 s unused."""
+recorded_session = faulty("none", session="persistent")
+"""The example program in a persistent session, noting every line it reads in ``INPUT_LOG``."""
+session_kills_mid_step = faulty("kill-mid-step", session="persistent")
+"""``kill-mid-step`` in a persistent session: the test SIGKILLs the program mid-step (``kill_mid_step``)."""
 kills_mid_step = faulty("kill-mid-step")
 ignores_stop = faulty("ignore-stop")
 invalid_output = faulty("invalid-output")
 exits_early = faulty("exit-early")
 orphan = misbehaving("orphan")
+session_steps = misbehaving("session-steps")
 environ = misbehaving("environ")
 
 
@@ -66,6 +84,7 @@ def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
 
 
 __all__ = [
-    "environ", "example", "exits_early", "faulty", "ignores_stop", "invalid_output", "kill_mid_step", "kills_mid_step",
-    "misbehaving", "orphan", "persistent",
+    "destroys_on_finish", "environ", "example", "exits_early", "faulty", "idles_out", "ignores_stop", "invalid_output",
+    "kill_mid_step", "kills_mid_step", "misbehaving", "orphan", "persistent", "recorded_session",
+    "session_kills_mid_step", "session_steps", "waiting",
 ]  # fmt: skip

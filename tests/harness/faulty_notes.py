@@ -10,10 +10,13 @@
 * ``ignore-stop``: once per run, after ``stop`` the program hangs at its next line (or its stop check) (it
   must be killed);
 * ``invalid-output``: the first line written is not JSON;
-* ``exit-early``: once per run, the program exits 0 after the first step without ``finish``.
+* ``exit-early``: once per run, the program exits 0 after the first step without ``finish``;
+* ``none``: no fault (the example as it is, for its ``INPUT_LOG``).
 
-The program is the example's own code; only its output and stop handling are wrapped. ``DIR``
-(default: the temporary folder) holds the marker files.
+The program is the example's own code; only its stdin, output and stop handling are wrapped. ``DIR``
+(default: the temporary folder) holds the marker files. ``INPUT_LOG`` names a file where the program
+notes every line it reads on stdin, as it read it (so that a test can tell what reached it). A
+further argument ``--persistent`` runs it in persistent mode (protocol 2), as the example's flag does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,7 @@ _first: dict[str, Any] = {}
 
 
 class _Tap:
-    """stdin, remembering the first line (it names the run)."""
+    """stdin, remembering the first line (it names the run) and noting each line in ``INPUT_LOG``."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -45,10 +49,14 @@ class _Tap:
         line: str = self.inner.readline()
         if not _first and line:
             _first.update(json.loads(line))
+        if line and (log := os.environ.get("INPUT_LOG")):
+            with open(log, "a", encoding="utf-8") as file:
+                file.write(line if line.endswith("\n") else line + "\n")
         return line
 
-    def __iter__(self) -> Any:
-        return iter(self.inner)
+    def __iter__(self) -> Iterator[str]:
+        while line := self.readline():  # line by line (persistent mode reads stdin this way)
+            yield line
 
 
 def fault_file(run_id: str, kind: str) -> Path:

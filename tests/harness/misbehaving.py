@@ -13,6 +13,10 @@ there and check afterwards that every one of them is gone. Modes:
   ``fork-step``: attempt 0 forks a child, checkpoints a step (a slice point) and waits for ``stop``;
 * ``silent``: writes nothing, ever; ``silent-once``: attempt 0 checkpoints a step, then is silent
   forever; later attempts end the turn; ``heartbeat``: 40 heartbeats 50 ms apart, then ends;
+* ``session-steps``: a turn of two steps: the first says what its ``start`` line's ``sessionState``
+  held (``previous: none`` without one), checkpoints ``{"said": <the user's text>, "step": 1}`` (a
+  slice point) and waits for ``stop``; the next slice's program says ``said: <text>``, ends the turn
+  and checkpoints ``{"said": <text>, "step": "done"}`` after ``finish`` (the turn's last state);
 * ``echo``: says its first line's ``protocol`` and ``callOptions``; its last checkpoint's
   ``output`` is ``callOptions.answer``; ``host-echo``: calls the host tool ``get_weather`` and
   writes its result back as its own ``tool-result``;
@@ -157,6 +161,24 @@ def main() -> None:
         end_step()
         finish()
         emit({"type": "checkpoint", "state": {"said": said}})
+        return
+    if MODE == "session-steps":
+        if first["type"] == "start":
+            said = next(m for m in reversed(first["messages"]) if m["role"] == "user")["content"]
+            said = said if isinstance(said, str) else " ".join(p.get("text", "") for p in said)
+            previous = json.dumps(first["sessionState"], sort_keys=True) if "sessionState" in first else "none"
+            say(f"previous: {previous}", "t0")
+            end_step("tool-calls")
+            emit({"type": "checkpoint", "state": {"said": said, "step": 1}})
+            for line in sys.stdin:  # the slice ends at this slice point
+                if json.loads(line)["type"] == "stop":
+                    return
+            return
+        said = first["state"]["said"]
+        say(f"said: {said}", "t1")
+        end_step()
+        finish()
+        emit({"type": "checkpoint", "state": {"said": said, "step": "done"}})
         return
     if MODE == "host-echo":
         call = {"type": "tool-call", "toolCallId": "call_w", "toolName": "get_weather", "input": '{"city": "Oslo"}'}

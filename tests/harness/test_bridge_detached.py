@@ -19,11 +19,11 @@ from durable_harness.harness.bridge.registry import (
     BridgeRecord,
     clean_stale,
     is_alive,
-    process_start_time,
     read_record,
     record_path,
     write_record,
 )
+from durable_harness.harness.programs import process_start_time
 
 from tests.harness.bridge_support import FINISH, PROGRAM, SESSION, collect, delta, wait_until
 

@@ -679,7 +679,7 @@ async def test_a_refused_model_call_says_what_to_do_and_not_who_called(
     assert not error.retryable and error.status_code == status
     text = str(error)
     assert text.startswith(f"Bedrock {error_type}: Bedrock refused the model call: ") and advice in text
-    assert "README, Model access" in text
+    assert "docs/deploying.md, Model access" in text
     # The account, role and session the refused message named stay out of the client's error chunk.
     assert "123456789012" not in text and "assumed-role" not in text and SECRET_KEY not in text
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol import ui_chunks as uc
-from durable_harness.protocol.wire import RARE
+from durable_harness.wire import RARE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,12 +23,12 @@ from typing import Any
 import httpx
 import pytest
 from durable_harness import Agent, tool
-from durable_harness.agent.tools import ToolContext
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
 from durable_harness.protocol.sse import SSEParser
 from durable_harness.server.local import LocalKit, build_local_kit
+from durable_harness.tools import ToolContext
 from pydantic import BaseModel
 
 from tests.reliability.conftest import Report

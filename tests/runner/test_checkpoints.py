@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from durable_harness import Agent
-from durable_harness.agent.tools import tool
 from durable_harness.errors import FencedError
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.scripted import FunctionModel, ScriptedModel, text_step, tool_calls_step
 from durable_harness.ports import Checkpoint, CheckpointStore
 from durable_harness.runner import Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
+from durable_harness.tools import tool
 from pydantic import BaseModel
 
 from tests.support import SimulatedCrash, log_chunks, message_of

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 from durable_harness.agent.loop import ToolLoopAgent
-from durable_harness.agent.tools import tool
 from durable_harness.errors import ModelError
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
 from durable_harness.runner import LocalOrchestrator, Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
+from durable_harness.tools import tool
 from pydantic import BaseModel
 
 from tests.support import CrashingLog, CrashingStore, SimulatedCrash, log_chunks, message_of

@@ -29,7 +29,7 @@ TOKEN_HASHES = ",".join(f"{name}:{hashlib.sha256(tok.encode()).hexdigest()}" for
 APPROVAL_SECRET = "apprv-secret-4d1c9e77b0a2f3e8-Kx"
 
 ERROR_STATUSES = {400, 401, 404, 405, 409, 413}
-"""Every error status the API documents (README, HTTP API)."""
+"""Every error status the API documents (docs/http-api.md)."""
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ Requests are generated from the routes of ``/openapi.json`` (and around them): m
 types, arbitrary and odd JSON, invalid UTF-8, deep nesting, other encodings, bodies over 4 MiB).
 
 For every response: never a 5xx; every error is JSON ``{"error": {"code": str, "message": str}}``
-with exactly the status an oracle derived from the README's HTTP API expects (401 before routing
+with exactly the status an oracle derived from docs/http-api.md expects (401 before routing
 under ``/api`` in token mode, then 404/405, 400 for a malformed run id, 404 for a run that is not
 the caller's, 413 over 4 MiB, ...); every success has the documented shape (SSE ending in
 ``finish`` and ``[DONE]``, JSON status, 202 continuation, 204 preflight).
@@ -415,7 +415,7 @@ def is_page(target: Target, req: Request) -> bool:
 
 
 def expected(target: Target, req: Request) -> set[int]:
-    """The statuses the README's HTTP API allows for this request."""
+    """The statuses docs/http-api.md allows for this request."""
     segments = [unquote(s) for s in req.path.split("/")[1:]]
     method, body = req.method, req.body
     if method == "OPTIONS":

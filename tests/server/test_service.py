@@ -13,7 +13,7 @@ from durable_harness.ports import Checkpoint
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState, StreamContext
 from durable_harness.server import service as service_module
-from durable_harness.server.resume import RESUME_TAIL, StreamStart
+from durable_harness.server.resume import RESUME_TAIL, StreamStart, stream_start
 from durable_harness.server.service import ChatService, ServiceConfig
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 
@@ -62,17 +62,17 @@ def end_run(store: MemoryCheckpointStore, run_id: str, total: int) -> None:
 async def test_a_live_run_resumes_from_the_tail_or_any_index_without_loading_its_state() -> None:
     service, store, log, run_id = make_service(100)
     expected = log.read(run_id, 0)
-    assert await service.stream_start(run_id, -5, "alice") == StreamStart(95, 100, expected[95:])
-    assert await service.stream_start(run_id, -1000, "alice") == StreamStart(0, 100, expected)
+    assert await stream_start(service, run_id, -5, "alice") == StreamStart(95, 100, expected[95:])
+    assert await stream_start(service, run_id, -1000, "alice") == StreamStart(0, 100, expected)
     service.config = ServiceConfig(read_batch=50)  # a tail read takes at most a batch
-    assert await service.stream_start(run_id, -80, "alice") == StreamStart(20, 100, None)
-    assert await service.stream_start(run_id, 100 - RESUME_TAIL, "alice") == StreamStart(36, 100, expected[36:])
-    assert await service.stream_start(run_id, 10, "alice") == StreamStart(10, 100, None)  # follow reads from 10
-    assert await service.stream_start(run_id, 100, "alice") == StreamStart(100, 100, [])  # the end: wait for more
+    assert await stream_start(service, run_id, -80, "alice") == StreamStart(20, 100, None)
+    assert await stream_start(service, run_id, 100 - RESUME_TAIL, "alice") == StreamStart(36, 100, expected[36:])
+    assert await stream_start(service, run_id, 10, "alice") == StreamStart(10, 100, None)  # follow reads from 10
+    assert await stream_start(service, run_id, 100, "alice") == StreamStart(100, 100, [])  # the end: wait for more
     with pytest.raises(InvalidRequestError, match="past the end"):
-        await service.stream_start(run_id, 101, "alice")
+        await stream_start(service, run_id, 101, "alice")
     with pytest.raises(RunNotFoundError):
-        await service.stream_start(run_id, -5, "mallory")
+        await stream_start(service, run_id, -5, "mallory")
     assert store.loads == 0
 
 
@@ -81,21 +81,21 @@ async def test_a_finished_run_ends_where_its_finish_is() -> None:
     log.append(run_id, 10, [FINISH], 1)
     end_run(store, run_id, 11)
     store.loads = 0
-    assert await service.stream_start(run_id, -2, "alice") == StreamStart(9, 11, [delta(9), FINISH])
+    assert await stream_start(service, run_id, -2, "alice") == StreamStart(9, 11, [delta(9), FINISH])
     # From its length: what is left is nothing (the seeds' handlers skip N chunks), not an error.
-    assert await service.stream_start(run_id, 11, "alice") == StreamStart(11, 11, [], complete=True)
+    assert await stream_start(service, run_id, 11, "alice") == StreamStart(11, 11, [], complete=True)
     with pytest.raises(InvalidRequestError, match="ended with 'finish'"):
-        await service.stream_start(run_id, 12, "alice")
+        await stream_start(service, run_id, 12, "alice")
     assert store.loads == 0  # the log's last chunk told where the run ends
 
 
 async def test_a_finished_run_whose_last_chunks_are_still_coming_is_followed_to_them() -> None:
     service, store, _, run_id = make_service(10)
     end_run(store, run_id, 12)  # checkpointed as finished; `finish` and one more not appended yet
-    assert await service.stream_start(run_id, 11, "alice") == StreamStart(11, 10, None)
-    assert (await service.stream_start(run_id, 12, "alice")).complete
+    assert await stream_start(service, run_id, 11, "alice") == StreamStart(11, 10, None)
+    assert (await stream_start(service, run_id, 12, "alice")).complete
     with pytest.raises(InvalidRequestError, match="12 chunks"):
-        await service.stream_start(run_id, 13, "alice")
+        await stream_start(service, run_id, 13, "alice")
 
 
 class FakeClock:
@@ -155,7 +155,7 @@ async def test_a_full_batch_is_followed_by_the_next_read_at_once(monkeypatch: py
     monkeypatch.setattr(service_module.asyncio, "sleep", sleep)
     batches: list[Any] = [batch async for batch in service.follow(run_id, 0)]
     assert [len(b) for b in batches] == [4, 4, 3] and sleeps == []
-    assert asyncio.iscoroutinefunction(service.stream_start)
+    assert asyncio.iscoroutinefunction(stream_start)
 
 
 class Cadence:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Iterable, Iterator, MutableMapping
 from pathlib import Path
@@ -12,6 +13,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 import pytest
 from durable_harness.demo import build_demo_agent
+from durable_harness.server import app as app_module
 from durable_harness.server.app import ChatApp
 from durable_harness.server.local import build_local_kit
 from durable_harness.server.static import IMMUTABLE, NO_CACHE, PACKAGE_STATIC_DIR, web_page_dir
@@ -96,6 +98,18 @@ async def test_the_runs_inspector_is_served_at_runs_like_the_chat_page(tmp_path:
         assert "connect-src 'self'" in headers["content-security-policy"]
     assert (await call(app, "GET", "/runs/wrun_" + "0" * 26))[0] == 404  # a run's page is /runs?run=<id>
     assert (await call(app, "POST", "/runs"))[0] == 405
+
+
+async def test_every_page_route_the_app_module_names_is_served(tmp_path: Path, site: Path) -> None:
+    # The routes listed in durable_harness.server.app's docstring, outside the API (which needs
+    # credentials and runs): each answers 200 (a placeholder filled with a real run id or asset).
+    doc = app_module.__doc__ or ""
+    paths = [p for p in re.findall(r"``GET (/[^`]*)``", doc) if not p.startswith(("/api/", "/hooks/"))]
+    assert {"/", "/runs", "/health"} <= set(paths), paths
+    app = make_app(tmp_path, site)
+    for path in paths:
+        concrete = path.replace("<runId>", "wrun_" + "0" * 26).replace("<file>", "app-ABCD1234.js")
+        assert (await call(app, "GET", concrete))[0] == 200, path
 
 
 async def test_head_sends_the_headers_without_a_body(tmp_path: Path, site: Path) -> None:

@@ -17,6 +17,8 @@ from durable_harness.ports import (
     SummaryReader,
     TailReader,
 )
+from durable_harness.runner.state import RunState, RunStatus, checkpoint_of
+from durable_harness.runner.tail import previous_turn_state
 from durable_harness.storage import (
     FileChunkLog,
     MemoryCheckpointStore,
@@ -110,6 +112,29 @@ def test_the_latest_run_of_a_chat_is_the_one_its_principal_created_last(store: C
     assert store.latest_run("chat-1", "mallory") is None and store.latest_run("chat-1", None) is None
     store.create(record("run-5", chat_id="chat-1"))  # a run without a principal
     assert store.latest_run("chat-1", None) == "run-5" and store.latest_run("chat-1", "alice") == "run-4"
+
+
+def test_a_turn_starts_from_the_last_checkpoint_of_its_chats_previous_run(store: CheckpointStore) -> None:
+    """``sessionState`` (issue 18): the previous turn is found through the chat's latest-run pointer
+    (``ChatRuns``), which every store keeps, the deployed one too; never another principal's."""
+
+    def turn(run_id: str, status: RunStatus, said: str) -> None:
+        state = RunState(run_id=run_id, session_id="chat-1", chat_id="chat-1", principal="alice", agent="a",
+                         message_id=f"msg-{run_id}", status=status, turn={"said": said})  # fmt: skip
+        store.create(checkpoint_of(state))
+
+    assert previous_turn_state(store, "chat-1", "alice", "run-1", "a") is None  # a first turn
+    turn("run-1", "finished", "one")
+    assert previous_turn_state(store, "chat-1", "alice", "run-2", "a") == {"said": "one"}
+    assert previous_turn_state(store, "chat-1", "alice", "run-1", "a") is None  # (its own retried creation)
+    assert previous_turn_state(store, "chat-1", "bob", "run-2", "a") is None  # bob's chat of the same id
+    assert previous_turn_state(store, "chat-1", "alice", "run-2", "b") is None  # another agent's run
+    assert previous_turn_state(store, "chat-2", "alice", "run-2", "a") is None and previous_turn_state(
+        store, None, "alice", "run-2", "a") is None  # fmt: skip
+    turn("run-2", "failed", "two")
+    assert previous_turn_state(store, "chat-1", "alice", "run-3", "a") == {"said": "two"}  # its last checkpoint
+    turn("run-3", "ready_for_next_step", "three")
+    assert previous_turn_state(store, "chat-1", "alice", "run-4", "a") is None  # the previous turn still goes on
 
 
 def test_create_twice_raises_run_exists(store: CheckpointStore) -> None:

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 from durable_harness.agent.loop import ToolLoopAgent
-from durable_harness.agent.tools import ToolContext, tool
 from durable_harness.approvals import ApprovalSecret
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
 from durable_harness.runner import Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 from durable_harness.telemetry import RunTelemetry, SliceRecord, agent_info
+from durable_harness.tools import ToolContext, tool
 from durable_harness.waits import WaitTimeout
 from pydantic import BaseModel
 

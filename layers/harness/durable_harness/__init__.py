@@ -8,10 +8,10 @@ Define an agent with :class:`Agent` (the tool-loop agent) and :func:`tool`.
 
 from .agent.control import CallOptions, Timeouts, has_tool_call, step_count_is
 from .agent.loop import DEFAULT_MAX_STEPS, ToolLoopAgent
-from .agent.output import Output
 from .agent.results import TurnResult
-from .agent.tools import Tool, ToolContext, tool
 from .approvals import ApprovalSecret
+from .output import Output
+from .tools import Tool, ToolContext, tool
 from .waits import WaitTimeout
 
 Agent = ToolLoopAgent

@@ -42,11 +42,11 @@ def _serve(args: argparse.Namespace) -> None:
 
     import uvicorn
 
-    from .agent.pool import tool_threads
     from .errors import AgentConfigError, HarnessError, SettingsError
     from .hardening import deny_proc_reads
     from .server.local import local_kit
     from .settings import Settings
+    from .tools.pool import tool_threads
 
     deny_proc_reads()  # harness programs and tools' subprocesses cannot read our environment or memory
     try:

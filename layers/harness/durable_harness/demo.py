@@ -12,9 +12,9 @@ import time
 from pydantic import BaseModel, Field
 
 from .agent.loop import ToolLoopAgent
-from .agent.tools import Tool, tool
 from .approvals import ApprovalSecret
 from .models.demo import DemoModel
+from .tools import Tool, tool
 
 
 class WeatherInput(BaseModel):

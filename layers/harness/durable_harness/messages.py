@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
-from .protocol.wire import JSONValue, ProviderMetadata, WireModel
+from .wire import JSONValue, ProviderMetadata, WireModel
 
 # --- content parts --------------------------------------------------------------------------------
 

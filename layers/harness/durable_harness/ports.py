@@ -141,6 +141,20 @@ class CommitCadence(Protocol):
         ...
 
 
+@runtime_checkable
+class RetriedAppends(Protocol):
+    """A chunk log that tells whether a run's last append had to be retried (optional).
+
+    DynamoDB throttles a partition under pressure; the chunk writer
+    (:class:`~durable_harness.storage.writer.ChunkWriter`) backs off its pace while appends are
+    retried. A log without it keeps the writer's pace as it is.
+    """
+
+    def retried(self, run_id: str) -> bool:
+        """Whether the run's last append by this object had to be retried."""
+        ...
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What a run record says about a run without its state: who owns it and where it is."""
@@ -272,6 +286,10 @@ class SliceHandover(Protocol):
         """The in-process slice failed: the driver takes the run over now."""
         ...
 
+
+TERMINAL_STATUSES: frozenset[str] = frozenset({"awaiting_tool_approval", "finished", "failed", "cancelled"})
+"""Statuses after which no slice runs again (an approval continues in a new run). A run
+``awaiting_event`` is not terminal: it goes on (in the same run) once a wait of it is due."""
 
 ACTIVE_STATUSES: tuple[str, ...] = ("not_started", "ready_for_next_step")
 """Checkpoint statuses of a run that still needs slices (neither terminal nor paused for approval)."""

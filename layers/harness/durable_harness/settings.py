@@ -43,7 +43,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("AGENT", DEFAULT_AGENT, "all", "`module:attribute` of the agent: what loads it, and its runs' identity"),
     Setting("MODEL_ID", "demo", "`my_agent.py`", "the default agent's model (template: `ModelId`)"),
     Setting("SLICE_SECONDS", "600", "all", "time budget of one slice (template: `SliceSeconds`)"),
-    Setting("TOOL_THREADS", "(CPU count, 4 to 32)", "all", "threads that run tools' synchronous code"),
+    Setting("TOOL_THREADS", "16", "all", "threads that run sync tools (1 to 1024)"),
     Setting("PUBLIC_URL", "(none: paths)", "slice function, local server", "base of the event URLs tools hand out"),
     Setting("TOOL_APPROVAL_SECRET", "(none: unsigned)", "all", "the approval signing secret(s), one per line"),
     Setting("TOOL_APPROVAL_SECRET_ARN", "(none)", _FN, "a Secrets Manager secret holding them (wins)"),

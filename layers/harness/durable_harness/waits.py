@@ -1,14 +1,16 @@
 """Durable waits of tools (decision D16): external events, their signed URLs, and the event book.
 
-A tool waits through its :class:`~durable_harness.agent.tools.ToolContext` (``wait_for_event``,
+A tool waits through its :class:`~durable_harness.tools.ToolContext` (``wait_for_event``,
 ``sleep``); the run then parks in status ``awaiting_event`` with nothing running. This module holds
 what the runner and the HTTP API share about it:
 
 * :class:`EventBook`: every event delivered to a run, one record per (run, name) in the checkpoint
-  store (ids ``evt_<digest>``, which no run id can match; they expire with the store's records, as
-  the run does). The record is created conditionally, so a second delivery of the same event finds
-  the first one and answers with its outcome: nothing runs twice. An event that arrives before the
-  tool waits is kept there until the tool asks.
+  store (ids ``evt_<digest>``, which no run id can match; ``meta`` names the run and the outcome).
+  They expire with the run: deployed with the store's records (their TTL); locally (where runs
+  are kept) the SQLite store drops a run's *kept* events when the run ends, in its terminal save.
+  The record is created conditionally, so a second delivery of the same event finds the first one
+  and answers with its outcome: nothing runs twice. An event that arrives before the tool waits is
+  kept there until the tool asks.
 * Event tokens: ``ctx.event_url(name)`` gives a URL with a token signed (HMAC-SHA256) by the
   approval secret (:class:`~durable_harness.approvals.ApprovalSecret`, with its rotation: the first
   key signs, every key verifies), bound to the run, the tool call and the event name, and expiring.
@@ -27,7 +29,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .approvals import ApprovalSecret
 from .errors import InvalidRequestError, RunExistsError, RunNotFoundError, ToolError
@@ -44,6 +46,13 @@ TOKEN_VERSION = "durable-harness-event-v1"
 
 EVENTS_PATH = "/hooks/events/"
 """Where signed event URLs point (outside ``/api``: the token is the credential)."""
+
+EVENT_ID_PREFIX = "evt_"
+"""The start of every event record's id in the checkpoint store."""
+
+EVENT_RUN_META = "eventOf"
+"""The key of an event record's ``meta`` that names its run (what the local store expires it by);
+``outcome`` is the other key (``kept`` ones expire when the run ends)."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
@@ -118,7 +127,7 @@ def payload_size(payload: Any) -> int:
 def event_record_id(run_id: str, name: str) -> str:
     """The checkpoint-store id of the event ``name`` of ``run_id``."""
     digest = hashlib.sha256("\x1f".join([run_id, name, "event"]).encode("utf-8", "surrogatepass"))
-    return "evt_" + digest.hexdigest()[:48]
+    return EVENT_ID_PREFIX + digest.hexdigest()[:48]
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,19 @@ class Delivery:
         return {"runId": self.run_id, "name": self.name, "outcome": self.outcome, "deliveredAt": self.delivered_at}
 
 
+@runtime_checkable
+class RunEvents(Protocol):
+    """The run's external events, as the runner gives them to a turn (blocking calls: storage)."""
+
+    def event(self, name: str) -> Delivery | None:
+        """The run's event ``name`` (its ``payload``) if it was delivered, else None."""
+        ...
+
+    def url(self, tool_call_id: str, name: str, expires_at: float) -> str:
+        """A signed URL that accepts the event ``name`` for this run and call, until ``expires_at``."""
+        ...
+
+
 class EventBook:
     """Events delivered to runs, one conditional record per (run, name), in a checkpoint store."""
 
@@ -149,7 +171,8 @@ class EventBook:
         delivery = Delivery(run_id, name, payload, outcome, time.time(), via)
         body = {"runId": run_id, "name": name, "payload": payload, "outcome": outcome,
                 "deliveredAt": delivery.delivered_at, "via": via}  # fmt: skip
-        record = Checkpoint(run_id=event_record_id(run_id, name), state=json.dumps(body), status="delivered")
+        record = Checkpoint(run_id=event_record_id(run_id, name), state=json.dumps(body), status="delivered",
+                            meta={EVENT_RUN_META: run_id, "outcome": outcome})  # fmt: skip
         try:
             self.store.create(record)
         except RunExistsError:

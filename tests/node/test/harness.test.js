@@ -5,14 +5,18 @@
 // Faults come from tests/harness/faulty_notes.py, which wraps the same program's output.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
 import { lastAssistantMessageIsCompleteWithApprovalResponses } from 'ai';
 import { signToolApproval } from 'ai/internal';
 
-import { Chat, collectChunks, createChat, describeParts, makeTransport, recordingFetch, sendTurn, startServer, waitFor } from '../lib/helpers.js';
+import { Chat, createChat, describeParts, makeTransport, recordingFetch, startServer, waitFor } from '../lib/helpers.js';
+import {
+  answer, approvalChat as chatOn, askToSave as ask, bridgePids, destroySessions, killMidStep, logged, parts, replay, turn,
+  types,
+} from '../lib/harness.js';
 
 const SECRET = 'harness-secret-0123456789abcdefghij';
 const T = { timeout: 30000 };
@@ -49,46 +53,6 @@ after(async () => {
   if (faultDir) rmSync(faultDir, { recursive: true, force: true });
 });
 
-const types = (chunks) => chunks.map((c) => c.type);
-
-/** [pid, step] for each step the program noted in its STEP_LOG. */
-const logged = (file) => (existsSync(file) ? readFileSync(file, 'utf8').trim().split('\n').filter(Boolean) : [])
-  .map((line) => [Number(line.split(' ')[0]), line.split(' ').slice(1).join(' ')]);
-
-/** The bridges a server's persistent sessions run in (their pids, from its data folder's registry). */
-function bridgePids(server) {
-  const folder = path.join(server.dataDir, 'sessions', 'bridges');
-  if (!existsSync(folder)) return [];
-  return readdirSync(folder).filter((f) => f.endsWith('.json'))
-    .map((f) => JSON.parse(readFileSync(path.join(folder, f), 'utf8')).pid)
-    .filter((pid) => { try { process.kill(pid, 0); return true; } catch { return false; } });
-}
-
-/** End every session bridge of the server (SIGTERM: the bridge destroys its program) and wait for them. */
-async function destroySessions(server) {
-  if (!server) return;
-  for (const pid of bridgePids(server)) process.kill(pid, 'SIGTERM');
-  await waitFor(() => bridgePids(server).length === 0, { what: 'the session bridges to end', timeoutMs: 20000 });
-}
-const parts = (message) => JSON.parse(JSON.stringify(message.parts));
-
-/** One turn with the real client (`whileRunning(ctx)` acts on it mid-turn); the run's status from the run API. */
-async function turn(server, text, { whileRunning } = {}) {
-  const ctx = createChat({ base: server.base });
-  const sent = sendTurn(ctx, text);
-  await whileRunning?.(ctx);
-  const result = await sent;
-  assert.equal(result.status, 'ready', `turn status (error: ${result.error?.stack ?? result.error})`);
-  const status = await (await fetch(`${server.base}/api/runs/${result.runId}`)).json();
-  return { ...result, runStatus: status, chunks: result.requests.flatMap((q) => q.chunks) };
-}
-
-/** The whole log of a run, replayed from 0 with the transport, assembled like the client does. */
-async function replay(server, runId) {
-  const transport = makeTransport(server.base);
-  return collectChunks(await transport.reconnectToStream({ chatId: runId, startIndex: 0 }));
-}
-
 describe('a harness program as the agent', () => {
   let reference;
 
@@ -118,18 +82,7 @@ describe('a harness program as the agent', () => {
   it('a program killed mid-step resumes from its checkpoint with reset-step; the message equals an uninterrupted run\'s', T, async () => {
     // The fault follows what the client saw: once the second step's call is shown, the program
     // (waiting mid-step, see tests/harness/faulty_notes.py) is SIGKILLed, as tests.harness.agents.kill_mid_step does.
-    const cut = await turn(servers.kills, LONG, {
-      whileRunning: async (ctx) => {
-        const shown = () => ctx.requests.flatMap((q) => q.chunks)
-          .some((c) => c.type === 'tool-input-available' && c.toolCallId === 'call_work_2');
-        await waitFor(() => shown() || ctx.info.finishEvent !== undefined, { what: 'call_work_2 shown' });
-        assert.ok(shown(), `the second step's call was shown (status ${ctx.chat.status})`);
-        const file = (kind) => path.join(faultDir, `kill-mid-step-${ctx.info.runId}.${kind}`);
-        const pid = Number(readFileSync(file('pid'), 'utf8'));
-        writeFileSync(file('killed'), '');
-        process.kill(pid, 'SIGKILL');
-      },
-    });
+    const cut = await turn(servers.kills, LONG, { whileRunning: (ctx) => killMidStep(ctx, faultDir) });
     assert.equal(cut.runStatus.status, 'finished');
     assert.equal(types(cut.chunks).filter((t) => t === 'reset-step').length, 1, types(cut.chunks).join(','));
     assert.deepEqual(parts(cut.message), parts(reference.message));
@@ -160,35 +113,8 @@ describe('a harness program as the agent', () => {
 // Approvals raised by the program: signed by the server, answered with the real Chat
 // ------------------------------------------------------------------------------------------------
 
-function approvalChat({ rewrite } = {}) {
-  const rec = recordingFetch({ rewrite });
-  const ctx = { requests: rec.requests, finishes: [], errors: [] };
-  ctx.chat = new Chat({
-    transport: makeTransport(servers.example.base, { fetch: rec.fetch }),
-    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
-    onFinish: (e) => { ctx.finishes.push(e); },
-    onError: (e) => { ctx.errors.push(e); },
-  });
-  return ctx;
-}
-
-async function askToSave(ctx, note) {
-  await ctx.chat.sendMessage({ text: `Save a note: ${note}` });
-  await waitFor(() => ctx.finishes.length === 1, { what: 'the pause' });
-  const part = ctx.chat.lastMessage.parts.find((p) => p.type === 'tool-save_note');
-  assert.equal(part?.state, 'approval-requested', describeParts(ctx.chat.lastMessage));
-  const expected = await signToolApproval({ secret: SECRET, approvalId: part.approval.id, toolCallId: part.toolCallId, toolName: 'save_note', input: part.input });
-  assert.equal(part.approval.signature, expected, 'signed by the server like the SDK signs');
-  return part;
-}
-
-async function answer(ctx, part, approved) {
-  await ctx.chat.addToolApprovalResponse({ id: part.approval.id, approved, reason: approved ? undefined : 'not now' });
-  await waitFor(() => ctx.finishes.length === 2 && ctx.chat.status === 'ready', { what: 'the continuation' });
-  assert.deepEqual(ctx.errors, []);
-  assert.equal(ctx.chat.messages.length, 2, 'one assistant message');
-  return ctx.chat.lastMessage;
-}
+const approvalChat = (options) => chatOn(servers.example.base, options);
+const askToSave = (ctx, note) => ask(ctx, note, SECRET);
 
 const savedNotes = () => readdirSync(notesDir).sort();
 

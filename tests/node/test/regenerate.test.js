@@ -1,5 +1,5 @@
 // Regenerate with the REAL Vercel AI SDK client: `Chat.regenerate()` (what useChat's `regenerate`
-// calls) over WorkflowChatTransport, forwarding `trigger` and `messageId` as the README's client
+// calls) over WorkflowChatTransport, forwarding `trigger` and `messageId` as docs/http-api.md's client
 // snippet does. The server runs `tests/node/agents.py:build_counting_agent`, whose model numbers
 // its answers, so a replayed answer cannot pass for a new one.
 import { after, before, it } from 'node:test';
@@ -23,7 +23,7 @@ after(async () => {
 
 const textOf = (message) => message.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
 
-/** The transport hook of the README: the chat id, trigger and messageId go into the body. */
+/** The transport hook of docs/http-api.md: the chat id, trigger and messageId go into the body. */
 const transportOptions = {
   prepareSendMessagesRequest: ({ id, messages, body, trigger, messageId }) => ({
     body: { ...body, id, messages, trigger, messageId },

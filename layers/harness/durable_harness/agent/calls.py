@@ -16,10 +16,10 @@ from ..messages import AssistantMessage, ReasoningPart, TextPart, ToolApprovalRe
 from ..models.base import LanguageModel
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolInputErrorChunk
+from ..tools import Tool
 from .control import RepairToolCall
 from .execution import result_events
 from .state import LoopTurnState, StepCall, StepOutcome
-from .tools import Tool
 
 
 def parse_call(part: hp.ToolCallPart, tools: Mapping[str, Tool]) -> StepCall:

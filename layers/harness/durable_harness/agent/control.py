@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import computed_field
 
 from ..messages import ModelMessage
-from ..protocol.wire import WireModel
+from ..wire import WireModel
 from .state import StepSummary
 
 StopCondition = Callable[[Sequence[StepSummary]], bool]

@@ -28,10 +28,10 @@ from ..messages import (
 )
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolOutputErrorChunk, UIMessageChunk
+from ..tools import Tool, ToolContext
+from ..tools.durable import DurableCall
 from ..waits import ParkTool, WaitSpec
-from .durable import DurableCall
 from .state import LoopTurnState, StepCall, StepOutcome
-from .tools import Tool, ToolContext
 
 Emit = hp.HarnessStreamPart | UIMessageChunk
 Hook = Callable[[str, Any], Any]
@@ -145,7 +145,11 @@ class ToolRunner:
         messages = list(state.messages)
         persisting: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
 
+        ended = False  # the step ended (or was cancelled): a later persist must not wait
+
         async def persist() -> None:
+            if ended:  # a sync tool's thread outlives its cancelled call: end its wait
+                raise asyncio.CancelledError
             written = asyncio.get_running_loop().create_future()
             persisting.put_nowait(written)
             await written
@@ -165,6 +169,7 @@ class ToolRunner:
         tasks = {asyncio.ensure_future(guarded(call)): call for call in todo}
         parked: list[WaitSpec] = []
         request: asyncio.Future[asyncio.Future[None]] | None = None
+        waiting: list[asyncio.Future[None]] = []
         try:
             while tasks:
                 request = request or asyncio.ensure_future(persisting.get())
@@ -192,10 +197,15 @@ class ToolRunner:
                         yield item
                     yield Recorded(others_running=bool(tasks) or bool(parked))
         finally:
+            ended = True
             for task in tasks:
                 task.cancel()
             if request is not None:
                 request.cancel()
+            while not persisting.empty():
+                waiting.append(persisting.get_nowait())
+            for written in waiting:  # a sync tool's thread may wait on one: let it go too
+                written.cancel()
         for item in self.report(state):
             yield item
         if parked:

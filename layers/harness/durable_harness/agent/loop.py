@@ -36,7 +36,10 @@ from ..messages import (
     UserMessage,
 )
 from ..models.base import LanguageModel, ModelRequest
+from ..output import Output, as_output
 from ..protocol import harness_parts as hp
+from ..tools.definition import Tool, accepts_positional
+from ..waits import RunEvents
 from .calls import (
     dump_state,
     is_empty_part,
@@ -53,11 +56,9 @@ from .continuation import continuation_messages
 from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, Usage, step_count_is
 from .execution import Parked, Recorded, ToolRunner, answered_approvals, refuse_provider_approvals, result_part
 from .modelcall import StepResult, stream_model_step
-from .options import Preparation, validate_call_options
-from .output import Output, as_output
+from .options import Preparation
 from .results import TurnResult, collect_result, empty_result, finish_reason_of, turn_result
 from .state import LoopTurnState, StepCall, StepSummary
-from .tools import Tool, accepts_positional
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ class ToolLoopAgent:
 
     def parse_call_options(self, raw: Mapping[str, Any]) -> dict[str, Any] | None:
         """``raw`` validated by the agent's ``call_options`` model (None without one: ignored)."""
-        return validate_call_options(self.call_options, raw)
+        return hi.validate_call_options(self.call_options, raw)
 
     def open(self, request: hi.TurnRequest) -> hi.HarnessTurn:
         """Open the turn for one slice: a new turn, the next slice of one, or a continuation."""
@@ -205,7 +206,7 @@ class ToolLoopAgent:
         messages: list[ModelMessage],
         call_options: dict[str, Any] | None,
         verified: frozenset[str],
-        events: hi.RunEvents | None = None,
+        events: RunEvents | None = None,
     ) -> AsyncGenerator[hi.HarnessEvent, None]:
         """A turn on the conversation ``messages`` with the run's validated ``call_options``;
         ``verified``: the approval ids whose answers (in the last tool message) may execute;

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from ..errors import InvalidRequestError
 from .calls import json_ready, maybe_await
 from .control import CallOptions, PrepareHook
 from .state import CallOverrides, LoopTurnState
@@ -27,22 +26,6 @@ RESERVED_BODY_FIELDS = frozenset({"messages", "id", "trigger", "messageId"})
 def body_call_options(body: Mapping[str, Any]) -> dict[str, Any]:
     """The call options of a chat POST body: every field the transport itself does not use."""
     return {k: v for k, v in body.items() if k not in RESERVED_BODY_FIELDS}
-
-
-def validate_call_options(model: type[BaseModel] | None, raw: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``raw`` validated by ``model`` and dumped to JSON (None without a model: nothing is passed on).
-
-    Raises :class:`InvalidRequestError` (400, ``invalid_call_options``) naming each bad field.
-    """
-    if model is None:
-        return None
-    try:
-        return model.model_validate(dict(raw)).model_dump(mode="json")
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"'{'.'.join(str(p) for p in err['loc']) or '(body)'}': {err['msg']}" for err in exc.errors()
-        )
-        raise InvalidRequestError(f"Invalid call options: {problems}.", code="invalid_call_options") from None
 
 
 def call_options_value(model: type[BaseModel] | None, stored: dict[str, Any] | None) -> Any:

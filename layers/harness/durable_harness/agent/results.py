@@ -22,7 +22,7 @@ from ..messages import (
     ToolResultPart,
     UserMessage,
 )
-from ..protocol.wire import JSONValue, WireModel
+from ..wire import JSONValue, WireModel
 from .continuation import pending_approvals
 from .control import Usage
 from .state import LoopTurnState, StepSummary

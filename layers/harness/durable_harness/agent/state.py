@@ -92,7 +92,7 @@ class LoopTurnState(BaseModel):
     stop_reason: str | None = None
     journals: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """The recorded steps and waits of the current step's tool calls, by tool call id
-    (:mod:`durable_harness.agent.durable`)."""
+    (:mod:`durable_harness.tools.durable`)."""
 
     _dumped: list[tuple[ModelMessage, dict[str, Any]]] = PrivateAttr(default_factory=list)
     """The JSON of ``messages`` at the last :func:`~durable_harness.agent.calls.dump_state`, by

@@ -52,6 +52,7 @@ TOKEN_ATTRIBUTE = "inline_token"
 """The run record's attribute where ``AwaitChatSlice`` puts its task token (see run.asl.json)."""
 _GONE = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
 _FIRST_LOOK, _LONGEST_LOOK = 0.02, 0.5
+_SEND_WINDOW, _FIRST_RESEND, _LONGEST_RESEND = 30.0, 0.1, 4.0
 
 
 class StepFunctionsHandover:
@@ -147,19 +148,28 @@ class StepFunctionsHandover:
     # --- internals ---------------------------------------------------------------------------------
 
     def _send(self, run_id: str, what: str, request: Callable[[], Any]) -> bool:
-        try:
-            request()
-        except ClientError as exc:
-            if error_code(exc) in _GONE:
-                logger.info("run %s: %s: the task is gone (%s)", run_id, what, error_code(exc))
-                self.forget(run_id)
-                return False
-            logger.warning("run %s: %s failed: %s", run_id, what, exc)
-            return what == "heartbeat"  # a lost heartbeat is retried by the next one
-        except BotoCoreError as exc:
-            logger.warning("run %s: %s failed: %s", run_id, what, exc)
-            return what == "heartbeat"
-        return True
+        # A lost heartbeat is retried by the next one. A hand-over or failure not delivered leaves
+        # the execution waiting out the heartbeat timeout, so a throttled one is tried again (with
+        # backoff, past the client's own retries) for up to _SEND_WINDOW seconds.
+        deadline, pause = time.monotonic() + _SEND_WINDOW, _FIRST_RESEND
+        while True:
+            try:
+                request()
+                return True
+            except ClientError as exc:
+                if error_code(exc) in _GONE:
+                    logger.info("run %s: %s: the task is gone (%s)", run_id, what, error_code(exc))
+                    self.forget(run_id)
+                    return False
+                failure: Exception = exc
+            except BotoCoreError as exc:
+                failure = exc
+            if what == "heartbeat" or time.monotonic() + pause > deadline:
+                logger.warning("run %s: %s failed: %s", run_id, what, failure)
+                return what == "heartbeat"
+            logger.info("run %s: %s failed (%s); trying again in %.1f s", run_id, what, failure, pause)
+            self._sleep(pause)
+            pause = min(2 * pause, _LONGEST_RESEND)
 
     def _token(self, run_id: str, wait: float) -> str | None:
         """The task token on the run record, looking again for up to ``wait`` seconds."""

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..agent.tools import Tool, ToolContext
 from ..errors import AgentConfigError, ToolError
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolOutputErrorChunk, UIMessageChunk
+from ..tools import Tool, ToolContext
 
 
 @dataclass(frozen=True)

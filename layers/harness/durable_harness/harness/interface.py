@@ -40,12 +40,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from pydantic import BaseModel, ValidationError
+
 from ..approvals import ApprovalSecret
+from ..errors import InvalidRequestError
 from ..messages import ModelMessage
 from ..protocol.harness_parts import HarnessStreamPart
 from ..protocol.ui_chunks import UIMessageChunk
-from ..protocol.wire import JSONValue
-from ..waits import Delivery, WaitSpec
+from ..waits import RunEvents, WaitSpec
+from ..wire import JSONValue
 
 
 @dataclass(frozen=True)
@@ -81,19 +84,6 @@ class Wait:
 
 HarnessEvent: TypeAlias = HarnessStreamPart | UIMessageChunk | Checkpoint | Wait
 """What a harness turn yields."""
-
-
-@runtime_checkable
-class RunEvents(Protocol):
-    """The run's external events, as the runner gives them to a turn (blocking calls: storage)."""
-
-    def event(self, name: str) -> Delivery | None:
-        """The run's event ``name`` (its ``payload``) if it was delivered, else None."""
-        ...
-
-    def url(self, tool_call_id: str, name: str, expires_at: float) -> str:
-        """A signed URL that accepts the event ``name`` for this run and call, until ``expires_at``."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -311,3 +301,19 @@ class GeneratorTurn:
         if not self._closed:
             self._closed = True
             await self.generator.aclose()
+
+
+def validate_call_options(model: type[BaseModel] | None, raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``raw`` validated by ``model`` and dumped to JSON (None without a model: nothing is passed on).
+
+    Raises :class:`InvalidRequestError` (400, ``invalid_call_options``) naming each bad field.
+    """
+    if model is None:
+        return None
+    try:
+        return model.model_validate(dict(raw)).model_dump(mode="json")
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"'{'.'.join(str(p) for p in err['loc']) or '(body)'}': {err['msg']}" for err in exc.errors()
+        )
+        raise InvalidRequestError(f"Invalid call options: {problems}.", code="invalid_call_options") from None

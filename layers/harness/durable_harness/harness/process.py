@@ -31,15 +31,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ..agent.options import validate_call_options
-from ..agent.output import ArrayOutput, ObjectOutput, Output, as_output
 from ..approvals import DEFAULT_SECRET_ARN_ENV, DEFAULT_SECRET_ENV, ApprovalSecret
 from ..errors import AgentConfigError, OutputError
 from ..ids import new_id
+from ..output import ArrayOutput, ObjectOutput, Output, as_output
 from .bridge.registry import clean_stale
 from .bridge.transport import SessionSpec, SessionTransport, check_session_runtime, transport_factory
 from .hosttools import HostTools
-from .interface import CancelNotice, HarnessOptions, TurnRequest
+from .interface import CancelNotice, HarnessOptions, TurnRequest, validate_call_options
 from .process_turn import MAX_LINE_BYTES, PROTOCOL_VERSION, HarnessExitedError, HarnessIdleError, ProcessTurn
 from .programs import ProgramRegistry, default_registry_dir, program_env
 from .session_turn import SessionTurn, cancel_session

@@ -1,8 +1,8 @@
 """One slice of a :class:`~durable_harness.harness.process.ProcessHarness`: one program process.
 
 The runner's side of the JSON-lines protocol (version 1, ``docs/harness.md``): the first line,
-the program's parts and checkpoints, host tools, ``stop``, the end after ``finish``, the idle
-timeout, and the process group that is killed whatever way the slice ends.
+the program's parts and checkpoints, host tools, waits (:mod:`.process_waits`), ``stop``, the end
+after ``finish``, the idle timeout, and the process group that is killed whatever way the slice ends.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import AgentConfigError, ProtocolError, RetryableError
 from ..protocol import harness_parts as hp
+from ..waits import WaitSpec
 from .hosttools import HostCall, HostTools
-from .interface import Checkpoint, ContinueTurn, HarnessEvent, StartTurn, TurnRequest
-from .programs import end_group
+from .interface import Checkpoint, ContinueTurn, HarnessEvent, StartTurn, TurnRequest, Wait
+from .process_waits import WAIT_LINES, ProgramWaits
+from .programs import end_group, log_stderr, spawn
 
 if TYPE_CHECKING:
     from .process import ProcessHarness
@@ -60,8 +62,11 @@ class ProcessTurn:
         self.host_calls: set[str] = set()
         """Host calls of this turn: the program's echo of their result is not shown twice."""
         self._events: AsyncGenerator[HarnessEvent, None] | None = None
+        self.at_checkpoint = True
+        """No part since the program's last checkpoint (or the first line): a wait may park here."""
+        wrapper = request.state if isinstance(request, ContinueTurn) and isinstance(request.state, dict) else {}
+        self.waits = ProgramWaits(wrapper.get("waits"), request.events)
         if isinstance(request, ContinueTurn):
-            wrapper = request.state if isinstance(request.state, dict) else {}
             self.program = wrapper.get("program")
             self.host_results = list(wrapper.get("hostResults") or [])
             self.awaiting = list(wrapper.get("awaitingHost") or [])
@@ -112,10 +117,18 @@ class ProcessTurn:
                 yield event
             if obj is None:
                 break
+            if obj["type"] in WAIT_LINES:
+                wait = await self._wait_line(obj)
+                if wait is not None:  # the run parks at the program's last checkpoint
+                    yield Checkpoint(self._state())
+                    yield wait
+                    return
+                continue
             if obj["type"] == "checkpoint":
                 if "state" not in obj:
                     raise self._invalid('a "checkpoint" line needs a "state" (any JSON value)')
                 self._note_checkpoint(obj)
+                self.at_checkpoint = True
                 if self.awaiting:  # the program waits for host calls that need approval: pause
                     for event in self._pause(step_closed):
                         yield event
@@ -126,7 +139,7 @@ class ProcessTurn:
             part = self._part(obj)
             if isinstance(part, hp.ToolResultPart) and part.tool_call_id in self.host_calls:
                 continue  # the program echoing a host result: the client was shown it already
-            step_closed = isinstance(part, hp.FinishStepPart)
+            step_closed, self.at_checkpoint = isinstance(part, hp.FinishStepPart), False
             self._shown(part)
             yield part
             if isinstance(part, hp.FinishPart):
@@ -151,6 +164,21 @@ class ProcessTurn:
 
     def _shown(self, part: hp.HarnessStreamPart) -> None:
         """A part goes to the client (nothing to note in slice mode)."""
+
+    async def _wait_line(self, obj: dict[str, Any]) -> Wait | None:
+        """Answer the program's ``wait`` or ``sleep`` line with an ``event`` line, or return the
+        :class:`Wait` the run parks on (the program resumes from its last checkpoint then)."""
+        if not self.at_checkpoint:
+            raise self._invalid(f'a "{obj["type"]}" line must come right after a checkpoint (the state the '
+                                "program resumes from when the run parks), not after a part")  # fmt: skip
+        try:
+            answer = await self.waits.answer(obj)
+        except ValueError as exc:
+            raise self._invalid(str(exc)) from None
+        if isinstance(answer, WaitSpec):
+            return Wait((answer,))
+        await self._send(answer)
+        return None
 
     def _take_pending(self) -> list[HarnessEvent]:
         """Events to yield before the next line (none in slice mode)."""
@@ -299,7 +327,8 @@ class ProcessTurn:
         }
 
     def _state(self) -> dict[str, Any]:
-        return {"program": self.program, "hostResults": self.host_results, "awaitingHost": self.awaiting}
+        waits = {"waits": self.waits.records} if self.waits.records else {}
+        return {"program": self.program, "hostResults": self.host_results, "awaitingHost": self.awaiting, **waits}
 
     # --- process I/O ------------------------------------------------------------------------------
 
@@ -309,20 +338,11 @@ class ProcessTurn:
         # program starts the same step.
         await harness.registry.end_orphan(self.request.run_id)
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *harness.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=harness.cwd,
-                env=harness.child_env(),
-                limit=MAX_LINE_BYTES,
-                start_new_session=True,  # its own process group: one killpg ends it and what it forked
-            )
+            self.proc = await spawn(harness.command, harness.cwd, harness.child_env(), limit=MAX_LINE_BYTES)
         except OSError as exc:
             raise AgentConfigError(f"cannot start the harness program {harness.command[0]!r}: {exc}") from exc
         harness.registry.record(self.request.run_id, self.proc.pid)
-        self.stderr_task = asyncio.get_running_loop().create_task(_log_stderr(self.proc))
+        self.stderr_task = asyncio.get_running_loop().create_task(log_stderr(self.proc, logger, "harness program"))
         return self.proc
 
     async def _send(self, obj: dict[str, Any]) -> None:
@@ -424,19 +444,6 @@ def _start_line(request: StartTurn) -> dict[str, Any]:
 def _program_state(state: Any) -> Any:
     """The program's own state inside a ProcessHarness checkpoint (another harness's as it is)."""
     return state.get("program") if isinstance(state, dict) and "program" in state else state
-
-
-async def _log_stderr(proc: asyncio.subprocess.Process) -> None:
-    """Every stderr line of the program goes to the log (never to the client)."""
-    assert proc.stderr is not None
-    while True:
-        try:
-            line = await proc.stderr.readline()
-        except (ValueError, asyncio.LimitOverrunError):
-            continue
-        if not line:
-            return
-        logger.info("harness program [%s] stderr: %s", proc.pid, line.decode("utf-8", "replace").rstrip())
 
 
 __all__ = ["MAX_LINE_BYTES", "PROTOCOL_VERSION", "HarnessExitedError", "HarnessIdleError", "ProcessTurn"]

@@ -1,4 +1,7 @@
-"""The processes of harness programs: their environment, their process groups, and their orphans.
+"""The processes of harness programs: their start, environment, process groups, stderr and orphans.
+
+The one home of these rules for both the :class:`~durable_harness.harness.ProcessHarness` (a
+program per turn) and the session bridge (:mod:`.bridge`, a program per boot).
 
 A harness program runs in a session of its own (its pid is its process group's id), so that one
 ``killpg`` ends it together with everything it forked, on every path: the turn's end, ``stop``,
@@ -19,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -41,17 +44,66 @@ def program_env(env: Mapping[str, str | None], environ: Mapping[str, str] | None
     return out
 
 
-def start_time(pid: int) -> str | None:
-    """When process ``pid`` started (an opaque token), or None when it is gone or cannot be told."""
+async def spawn(
+    command: Sequence[str], cwd: str | None, env: Mapping[str, str], *, limit: int = 64 * 1024
+) -> asyncio.subprocess.Process:
+    """Start a program with pipes to its stdin, stdout and stderr (``limit``: the longest line its
+    streams' ``readline`` returns; asyncio's default), in a session of its own: its pid is its
+    process group's, so one ``killpg`` ends it and what it forked. Raises ``OSError`` if it cannot start."""
+    return await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        limit=limit,
+        start_new_session=True,
+    )
+
+
+async def log_stderr(proc: asyncio.subprocess.Process, log: logging.Logger, what: str) -> None:
+    """Every stderr line of the program goes to ``log`` (never to the client), until it closes;
+    ``what`` names the program in each line."""
+    assert proc.stderr is not None
+    while True:
+        try:
+            line = await proc.stderr.readline()
+        except (ValueError, asyncio.LimitOverrunError):
+            continue
+        if not line:
+            return
+        log.info("%s [%s] stderr: %s", what, proc.pid, line.decode("utf-8", "replace").rstrip())
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
+    parentheses): ``[0]`` the state, ``[2]`` the process group, ``[19]`` the start time (clock
+    ticks since boot). None when there is no such process, or no ``/proc``."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        if Path("/proc/self/stat").exists():
-            return None  # Linux, and the process is gone
     except OSError:
         return None
-    else:
-        return stat.rsplit(")", 1)[1].split()[19]  # field 22, starttime (the name may hold spaces)
+    _, found, fields = stat.rpartition(")")
+    return fields.split() if found else None
+
+
+def process_start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None if there is no such live
+    process (a zombie counts as dead)."""
+    fields = proc_stat(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def start_time(pid: int) -> str | None:
+    """When process ``pid`` started (an opaque token), or None when it is gone or cannot be told."""
+    fields = proc_stat(pid)
+    if fields is not None:
+        return fields[19]
+    if Path("/proc/self/stat").exists():
+        return None  # Linux, and the process is gone
     try:  # not Linux: ask ps
         found = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
@@ -163,14 +215,22 @@ def _has_live_member(pgid: int) -> bool:
     """Whether a process of group ``pgid`` still runs (zombies are done: whoever adopted them reaps them)."""
     if not sys.platform.startswith("linux"):
         return group_alive(pgid)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[2] == str(pgid) and fields[0] != "Z":
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = proc_stat(int(entry.name))
+        if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
             return True
     return False
 
 
-__all__ = ["BASE_ENV", "ProgramRegistry", "end_group", "kill_group", "program_env", "start_time"]
+__all__ = [
+    "BASE_ENV",
+    "ProgramRegistry",
+    "end_group",
+    "kill_group",
+    "log_stderr",
+    "proc_stat",
+    "process_start_time",
+    "program_env",
+    "spawn",
+    "start_time",
+]

@@ -27,7 +27,7 @@ from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ResetStepChunk
 from .bridge.client import NumberedLine
 from .bridge.transport import BridgeError, SessionLostError, SessionSpec, SessionTransport
-from .interface import CancelNotice, Checkpoint, ContinueTurn, HarnessEvent, StartTurn, TurnRequest
+from .interface import CancelNotice, Checkpoint, ContinueTurn, HarnessEvent, StartTurn, TurnRequest, Wait
 from .process_turn import HarnessExitedError, ProcessTurn, _result_line, _start_line
 
 if TYPE_CHECKING:
@@ -137,22 +137,24 @@ class SessionTurn(ProcessTurn):
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
             raise HarnessExitedError(f"The session's program ended {self.restarts} times in one slice ({why}).")
-        logger.warning("session %s: %s; resuming from the last checkpoint", self.request.session_id, why)
+        request = self.request
+        if self.program is None and not isinstance(request, StartTurn):
+            # Detached before the program's first checkpoint: nothing to resume from, so no new boot
+            # either (it would run in the session with no turn to serve).
+            raise ProtocolError(
+                f"The session {request.session_id} was lost ({why}) before its program's first checkpoint "
+                "of this turn: it cannot be resumed. Send the message again."
+            )
+        logger.warning("session %s: %s; resuming from the last checkpoint", request.session_id, why)
         await self._close_attachment()
         transport = self._transport()
         self.boot_id, self.cursor = await transport.start(), 0
         if self.step_shown:  # the client saw part of the step: it drops it, and sees it again
             yield ResetStepChunk()
             self.step_shown = False
-        request = self.request
-        if self.program is None and isinstance(request, StartTurn):
+        if self.program is None and isinstance(request, StartTurn):  # the first step: from `start` again
             await self._send({**_start_line(request), "protocol": SESSION_PROTOCOL_VERSION, "resumed": False})
             return
-        if self.program is None:  # detached before the program's first checkpoint: nothing to resume from
-            raise ProtocolError(
-                f"The session {request.session_id} was lost ({why}) before its program's first checkpoint "
-                "of this turn: it cannot be resumed. Send the message again."
-            )
         async for event in self._continue(request, True, SESSION_PROTOCOL_VERSION, answers=False):
             yield event
 
@@ -238,6 +240,10 @@ class SessionTurn(ProcessTurn):
 
     def _shown(self, part: hp.HarnessStreamPart) -> None:
         self.step_shown = not isinstance(part, hp.FinishStepPart)
+
+    async def _wait_line(self, obj: dict[str, Any]) -> Wait | None:
+        """Not in a persistent session yet: a parked run would stop a program that goes on."""
+        raise self._invalid(f'"{obj["type"]}" lines are for programs in slice mode (protocol 1) only, for now')
 
     async def _end_paused(self) -> None:
         """Paused for host approvals: the program waits (for the results) in its session."""

@@ -6,7 +6,7 @@ provider modules are imported only when named.
 For tests of your own tools, offline and without credentials: :class:`ScriptedModel` plays back one
 scripted step per model call (:func:`tool_calls_step` calls the tools you name with the input you
 give, :func:`text_step` answers), and :class:`FunctionModel` asks a function of the request what to
-stream (see the README's "Test your tools without a model").
+stream (see "Test your tools without a model" in docs/agents.md).
 """
 
 from .base import LanguageModel, ModelRequest, ToolDefinition

@@ -50,7 +50,7 @@ from ..messages import (
     UserMessage,
 )
 from ..protocol import harness_parts as hp
-from ..protocol.wire import ProviderMetadata
+from ..wire import ProviderMetadata
 from .base import ModelRequest, ModelStreamPart
 from .provider_utils import (
     STANDARD_SETTINGS,

@@ -54,7 +54,7 @@ from ..messages import (
     UserMessage,
 )
 from ..protocol import harness_parts as hp
-from ..protocol.wire import compact_json
+from ..wire import compact_json
 from .base import ModelRequest, ModelStreamPart
 from .bedrock_errors import model_error
 from .provider_utils import (

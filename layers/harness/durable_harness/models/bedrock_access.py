@@ -13,7 +13,7 @@ the message says:
 * the role may not invoke the model, or the model (or inference profile) is not offered in the
   Region.
 
-The README's "Model access" section lists the same steps.
+The "Model access" section of docs/deploying.md lists the same steps.
 """
 
 from __future__ import annotations
@@ -24,22 +24,22 @@ _SUBSCRIPTION = (
     "Bedrock refused the model call: this account's AWS Marketplace subscription to the model is missing and "
     "could not be started. The stack's roles have the Marketplace permissions it needs (redeploy if they were "
     "removed); check that the account has a valid payment method for Marketplace purchases, then try again in "
-    "15 minutes (README, Model access)."
+    "15 minutes (docs/deploying.md, Model access)."
 )
 _USE_CASE = (
     "Bedrock refused the model call: Anthropic models need the one-time use case form. Submit it in the Amazon "
     "Bedrock console (Model catalog, choose the Anthropic model, submit the use case details) for this account or "
-    "the organization's management account, then try again in 15 minutes (README, Model access)."
+    "the organization's management account, then try again in 15 minutes (docs/deploying.md, Model access)."
 )
 _PERMISSION = (
     "Bedrock refused the model call: the function's role may not invoke this model (bedrock:InvokeModel, "
     "bedrock:InvokeModelWithResponseStream). Check the ModelId parameter (a model or inference profile id "
-    "offered in this Region) and the stack's InvokeBedrockModels permissions (README, Model access)."
+    "offered in this Region) and the stack's InvokeBedrockModels permissions (docs/deploying.md, Model access)."
 )
 _NO_MODEL = (
     "Bedrock refused the model call: this account has no access to the model in this Region. Check the ModelId "
     "parameter (a model or inference profile id offered in this Region) and the model's page in the Amazon "
-    "Bedrock console's Model catalog (README, Model access)."
+    "Bedrock console's Model catalog (docs/deploying.md, Model access)."
 )
 
 

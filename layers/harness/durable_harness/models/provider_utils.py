@@ -27,8 +27,8 @@ from ..messages import (
 )
 from ..protocol import harness_parts as hp
 from ..protocol.sse import SSEParser
-from ..protocol.wire import compact_json
 from ..secretsmanager import DEFAULT_MAX_AGE, read_secret
+from ..wire import compact_json
 
 logger = logging.getLogger(__name__)
 

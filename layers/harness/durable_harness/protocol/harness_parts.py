@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import Field
 
 from ..errors import ProtocolError, UnknownPartTypeError
+from ..wire import RARE, JSONValue, ProviderMetadata
 from .ui_chunks import FinishReasonName, StrictWireModel, validate_wire
-from .wire import RARE, JSONValue, ProviderMetadata
 
 HarnessMetadata = dict[str, dict[str, JSONValue]]
 """``Record<string, Record<string, JSONValue>>``; the outer key is the harness id."""

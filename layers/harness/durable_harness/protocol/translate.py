@@ -15,10 +15,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..errors import ProtocolError, ToolError
+from ..wire import compact_json
 from . import harness_parts as hp
 from . import ui_chunks as uc
 from .sse import UNDEFINED
-from .wire import compact_json
 
 ABSENT: Any = UNDEFINED
 """Marks an argument that was not given (``None`` is a value: JSON ``null``)."""

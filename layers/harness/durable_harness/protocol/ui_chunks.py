@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from ..errors import ProtocolError, UnknownPartTypeError
-from .wire import RARE, JSONValue, ProviderMetadata, WireModel
+from ..wire import RARE, JSONValue, ProviderMetadata, WireModel
 
 # --- the strict base ------------------------------------------------------------------------------
 
@@ -457,3 +457,8 @@ def parse_ui_chunk(obj: Any) -> UIMessageChunk:
 def encode_ui_chunk(chunk: UIChunkModel) -> str:
     """Compact JSON of a chunk, as ``JSON.stringify`` writes it."""
     return chunk.to_json()
+
+
+FINISH_PREFIX = '{"type":"finish"'
+"""How an encoded ``finish`` chunk begins (``type`` is every chunk's first field): a log's last
+chunk is checked for it without parsing."""

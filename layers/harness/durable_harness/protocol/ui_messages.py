@@ -14,10 +14,10 @@ from pydantic import AfterValidator
 
 from .. import messages as mm
 from ..errors import ProtocolError, UnknownPartTypeError
+from ..wire import JSONValue, ProviderMetadata
 from . import ui_chunks as uc
 from .sse import url_href
 from .ui_chunks import StrictWireModel, type_prefix, validate_wire
-from .wire import JSONValue, ProviderMetadata
 
 # --- parts ----------------------------------------------------------------------------------------
 

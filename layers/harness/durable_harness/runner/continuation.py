@@ -19,6 +19,7 @@ from ..harness.answers import AnsweredApproval, match_approvals
 from ..ledger import ApprovalLedger, approval_key
 from ..messages import ModelMessage
 from ..ports import CheckpointStore
+from ..waits import RunEvents
 from .state import ContinuationRecord, DecisionRecord, RunState, check_agent, checkpoint_of
 
 _UNKNOWN = "The history answers an approval this server never asked for (in this conversation, for this caller)."
@@ -159,7 +160,7 @@ def turn_request(
     state: RunState,
     session: str,
     replay: bool,
-    events: hi.RunEvents | None = None,
+    events: RunEvents | None = None,
     budget_seconds: float | None = None,
 ) -> hi.TurnRequest:
     """What the harness is opened with for a slice of ``state``: a new turn, or the last

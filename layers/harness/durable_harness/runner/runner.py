@@ -162,7 +162,9 @@ class Runner:
         if continuation is not None:
             paused = self.load(continuation.paused_run_id)
             turn, session_id = paused.turn, session_id or paused.session_id
-        previous = None if continuation is not None else previous_turn_state(self.store, chat_id, run_id, self.agent_id)
+        previous = None if continuation is not None else previous_turn_state(
+            self.store, chat_id, principal, run_id, self.agent_id
+        )
         state = RunState(
             session_state=previous,
             run_id=run_id,
@@ -199,8 +201,13 @@ class Runner:
         """True when a run ``awaiting_event`` may go on (an awaited event came, or a deadline passed)."""
         return due(self.events, state)
 
-    async def run_slice(self, run_id: str, *, budget_seconds: float | None = None) -> RunState:
-        """Run one time slice; ``budget_seconds=None`` runs until the turn pauses or ends."""
+    async def run_slice(
+        self, run_id: str, *, budget_seconds: float | None = None, public_url: str | None = None
+    ) -> RunState:
+        """Run one time slice; ``budget_seconds=None`` runs until the turn pauses or ends.
+
+        ``public_url``: the base of this slice's event URLs when the runner has none of its own
+        (the chat function's first slice: the origin of the request that started the run)."""
         started = time.monotonic()
         cp, state, count = await asyncio.to_thread(self._begin_slice, run_id)
         if count is None:
@@ -224,7 +231,7 @@ class Runner:
         self.telemetry = self.telemetry or telemetry_from_env(self.agent)
         observer = self.telemetry.start_slice(state)
         left = None if budget_seconds is None else max(0.0, budget_seconds - (time.monotonic() - started))
-        events = RunEventSource(self.events, self.approval_secret, run_id, self.public_url)
+        events = RunEventSource(self.events, self.approval_secret, run_id, self.public_url or public_url)
         session = self.agent.create_session(state.session_id)
         turn = self.agent.open(turn_request(state, session, replay, events, left))
         state.session_state = None  # the turn has it; the first checkpoint no longer needs it

@@ -8,15 +8,12 @@ from pydantic import BaseModel, Field
 from ..errors import OtherAgentError
 from ..messages import ModelMessage
 from ..ports import AGENT_META, Checkpoint
+from ..ports import TERMINAL_STATUSES as TERMINAL_STATUSES  # (defined in ports, with the other statuses)
 from ..protocol.translate import TranslatorState
 
 RunStatus = Literal[
     "not_started", "ready_for_next_step", "awaiting_tool_approval", "awaiting_event", "finished", "failed", "cancelled"
 ]
-
-TERMINAL_STATUSES: frozenset[str] = frozenset({"awaiting_tool_approval", "finished", "failed", "cancelled"})
-"""Statuses after which no slice runs again (an approval continues in a new run). A run
-``awaiting_event`` is not terminal: it goes on (in the same run) once a wait of it is due."""
 
 
 class StreamContext(BaseModel):

@@ -10,8 +10,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import RunNotFoundError
 from ..harness.interface import HarnessOptions
-from ..ports import CheckpointStore, ChunkLog
+from ..ports import ChatRuns, CheckpointStore, ChunkLog
 from ..protocol.ui_chunks import ResetStepChunk, UIMessageChunk, encode_ui_chunk
 from ..storage.writer import ChunkWriter
 from .state import RunState, foreign, state_of
@@ -45,17 +46,25 @@ async def replayed_tail(log: ChunkLog, options: HarnessOptions, state: RunState,
     return list(await asyncio.to_thread(log.read, state.run_id, state.stream.chunk_count))
 
 
-def previous_turn_state(store: CheckpointStore, chat_id: str | None, run_id: str, agent_id: str | None) -> Any:
-    """The state of the last checkpoint of the chat's previous turn (None: a first turn, or a
-    store that cannot list a chat's runs)."""
-    list_runs = getattr(store, "list_runs", None)
-    if chat_id is None or list_runs is None:
+def previous_turn_state(
+    store: CheckpointStore, chat_id: str | None, principal: str | None, run_id: str, agent_id: str | None
+) -> Any:
+    """The state of the last checkpoint of the chat's previous turn: the turn state of the run
+    ``principal`` created last in chat ``chat_id`` (the store's latest-run pointer, ``ChatRuns``: one
+    read, on every store, deployed too), when that run has ended and is this agent's. None: a first
+    turn, a previous turn still going, or another agent's."""
+    if chat_id is None or not isinstance(store, ChatRuns):
         return None
-    for cp in list_runs(chat_id=chat_id, limit=5):
-        previous = state_of(cp)
-        if previous.run_id != run_id and previous.terminal and not foreign(previous.agent, agent_id):
-            return previous.turn
-    return None
+    latest = store.latest_run(chat_id, principal)  # read before this run's record exists
+    if latest is None or latest == run_id:
+        return None
+    try:
+        previous = state_of(store.load(latest))
+    except RunNotFoundError:  # expired since
+        return None
+    if not previous.terminal or foreign(previous.agent, agent_id):
+        return None
+    return previous.turn
 
 
 __all__ = ["previous_turn_state", "replayed_tail", "write_chunks"]

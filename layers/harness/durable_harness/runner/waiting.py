@@ -28,7 +28,7 @@ __all__ = ["RunEventSource", "due", "next_deadline", "park", "resume_chunks"]
 
 
 class RunEventSource:
-    """The events of one run, as its turn reads them (:class:`~durable_harness.harness.interface.RunEvents`)."""
+    """The events of one run, as its turn reads them (:class:`~durable_harness.waits.RunEvents`)."""
 
     def __init__(self, book: EventBook, secret: ApprovalSecret, run_id: str, base_url: str | None) -> None:
         """``base_url``: where the server is reached from outside (``PUBLIC_URL``); without one,

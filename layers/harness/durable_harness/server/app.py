@@ -14,8 +14,8 @@ Routes:
   a run (the run's principal; the signed URL a tool handed out, whose token is the credential);
   see :mod:`.events`;
 * ``GET /health`` and ``GET /openapi.json``;
-* ``GET /``, ``GET /runs``, ``GET /runs/<runId>`` and ``GET /assets/<file>`` -- the chat page and the runs
-  inspector, when built and enabled (see :mod:`.static`).
+* ``GET /`` (or ``GET /index.html``), ``GET /runs`` (a run's page: ``GET /runs?run=<runId>``) and
+  ``GET /assets/<file>`` -- the chat page and the runs inspector, when built and enabled (see :mod:`.static`).
 
 Everything under ``/api`` needs the caller's credentials (see :mod:`.auth`); a run is served
 only to the principal that started it (404 for anyone else).
@@ -39,10 +39,11 @@ from urllib.parse import parse_qs, unquote
 from ..errors import InvalidRequestError, MethodNotAllowedError, RunNotFoundError, StorageError
 from ..ids import is_run_id
 from ..protocol.sse import SSE_DONE, SSE_KEEPALIVE, UI_MESSAGE_STREAM_HEADERS
+from ..protocol.ui_chunks import FINISH_PREFIX
 from .auth import Authenticator, NoAuth
 from .events import EventDesk
 from .openapi import openapi_document
-from .resume import NOTHING_TO_RESUME, chat_run_to_resume
+from .resume import NOTHING_TO_RESUME, chat_run_to_resume, stream_start
 from .runlist import list_runs, parse_list_query
 from .service import ChatService
 from .static import StaticSite
@@ -175,7 +176,7 @@ class ChatApp:
     ) -> None:
         # JSON whatever the content type: the transport sends text/plain.
         payload = _parse_json(await self._read_body(receive))
-        state = await self.service.start_turn(payload, principal=principal)
+        state = await self.service.start_turn(payload, principal=principal, origin=request_origin(scope))
         headers = [(b"x-workflow-run-id", state.run_id.encode())]
         await self._stream(state.run_id, 0, -1, headers, receive, send, cors, settle=True)
 
@@ -200,7 +201,7 @@ class ChatApp:
                 await _nothing_to_resume(send, cors, "startIndex" in query)
                 return
             run_id, summary = found
-        at = await self.service.stream_start(run_id, start, principal, summary)
+        at = await stream_start(self.service, run_id, start, principal, summary)
         # The seed's GET handler names the run too (x-workflow-run-id), like the POST.
         extra = [(b"x-workflow-run-id", run_id.encode())]
         await self._stream(run_id, at.start, at.count - 1, extra, receive, send, cors, at.first, complete=at.complete)
@@ -257,7 +258,7 @@ class ChatApp:
                     await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
                     continue
                 payload = b"".join(b"data: " + c.encode() + b"\n\n" for c in batch)
-                finished = batch[-1].startswith('{"type":"finish"')
+                finished = batch[-1].startswith(FINISH_PREFIX)
                 await send({"type": "http.response.body", "body": payload, "more_body": True})
         except Exception:
             # The status line is gone already: end the body without `finish`; the client resumes.
@@ -304,6 +305,23 @@ class ChatApp:
                     await self.on_shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+_HOST = re.compile(r"[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?")
+
+
+def request_origin(scope: Scope) -> str | None:
+    """``scheme://host`` of the request (its ``Host`` header; the scheme a proxy forwarded, as the
+    Lambda Web Adapter does, else the connection's), or None for a host that is not a plain name.
+
+    Behind a Function URL the Host is the URL's own domain (AWS routes by it), and it only ever
+    makes the event URLs of the run this request starts."""
+    headers = _headers(scope)
+    host = headers.get("host", "")
+    scheme = headers.get("x-forwarded-proto", "").split(",")[0].strip() or str(scope.get("scheme") or "http")
+    if not _HOST.fullmatch(host) or scheme not in ("http", "https"):
+        return None
+    return f"{scheme}://{host}"
 
 
 def _headers(scope: Scope) -> dict[str, str]:

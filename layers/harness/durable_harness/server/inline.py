@@ -108,8 +108,10 @@ class InlineSlices:
         self.start_after = start_after
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    def begin(self, state: RunState) -> None:
-        """Start the run's driver and its first slice here (needs a running loop)."""
+    def begin(self, state: RunState, *, public_url: str | None = None) -> None:
+        """Start the run's driver and its first slice here (needs a running loop); ``public_url``
+        is the slice's base of event URLs (the chat request's origin: the function cannot name its
+        own Function URL in its environment, a circular reference in the template)."""
         run_id = state.run_id
         if run_id in self._tasks:
             return
@@ -117,7 +119,7 @@ class InlineSlices:
         loop = asyncio.get_running_loop()
         start = _Start()
         started = loop.create_task(self._start(run_id, start))
-        task = loop.create_task(self._drive(state, start, started), name=f"inline-slice:{run_id}")
+        task = loop.create_task(self._drive(state, start, started, public_url), name=f"inline-slice:{run_id}")
         self._tasks[run_id] = task
         task.add_done_callback(lambda done: self._tasks.pop(run_id) if self._tasks.get(run_id) is done else None)
 
@@ -143,13 +145,15 @@ class InlineSlices:
 
     # --- internals ---------------------------------------------------------------------------------
 
-    async def _drive(self, state: RunState, start: _Start, started: asyncio.Task[bool]) -> None:
+    async def _drive(
+        self, state: RunState, start: _Start, started: asyncio.Task[bool], public_url: str | None = None
+    ) -> None:
         run_id, before = state.run_id, state.status
         beats = asyncio.get_running_loop().create_task(self._beat(run_id))
         outcome: RunState | None = None
         failure: BaseException | None = None
         try:
-            outcome = await self.runner.run_slice(run_id, budget_seconds=self.budget_seconds)
+            outcome = await self.runner.run_slice(run_id, budget_seconds=self.budget_seconds, public_url=public_url)
         except FencedError as exc:
             logger.info("run %s: the in-process slice was fenced off (taken over, or cancelled): %s", run_id, exc)
         except Exception as exc:  # the driver redoes the slice from the checkpoint

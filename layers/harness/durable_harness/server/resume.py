@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING
 from ..errors import InvalidRequestError, RunNotFoundError
 from ..ports import ChatRuns, RunSummary, read_tail
 from ..protocol.sse import SSE_DONE
+from ..protocol.ui_chunks import FINISH_PREFIX
 from ..runner.state import TERMINAL_STATUSES
 
 if TYPE_CHECKING:
     from .service import ChatService
 
-FINISH_PREFIX = '{"type":"finish"'
-"""How a ``finish`` chunk's compact JSON begins."""
 RESUME_TAIL = 64
 """Chunks a resume at a non-negative index reads with the log's count: a client reconnecting after
 a drop is usually that close to the end, and then the count and its chunks take one read."""

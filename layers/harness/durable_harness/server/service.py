@@ -29,16 +29,15 @@ from ..errors import (
 from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
 from ..ports import Checkpoint, CommitCadence, Orchestrator, RunSummary, read_summary
+from ..protocol.ui_chunks import FINISH_PREFIX
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
-from ..protocol.wire import compact_json
 from ..runner.continuation import pending_answers
 from ..runner.runner import Runner
 from ..runner.state import RunState, pending_json, state_of, waits_json
 from ..storage.health import StorageHealth
 from ..telemetry.costs import DeployedFunctions, estimate_run_cost, run_record
+from ..wire import compact_json
 from .notifier import CommitSignal
-from .resume import FINISH_PREFIX as _FINISH_PREFIX
-from .resume import StreamStart, stream_start
 
 if TYPE_CHECKING:
     from .inline import InlineSlices
@@ -103,8 +102,9 @@ class ChatService:
         self.inline = inline
         self._cancels: dict[str, asyncio.Future[RunState]] = {}
 
-    async def start_turn(self, body: Any, *, principal: str | None = None) -> RunState:
-        """Validate a chat POST body, create its run and start driving it."""
+    async def start_turn(self, body: Any, *, principal: str | None = None, origin: str | None = None) -> RunState:
+        """Validate a chat POST body, create its run and start driving it; ``origin`` (the
+        request's ``scheme://host``) is the base of the event URLs of a first slice run here."""
         messages, chat_id = self._parse_body(body)
         # Validated before anything is recorded: a bad option is a 400 that changes nothing.
         call_options = self.runner.agent.parse_call_options(body_call_options(body))
@@ -135,7 +135,8 @@ class ChatService:
         except RunExistsError:
             state, created = await self.load(run_id, principal), False
         if created and self.inline is not None:
-            self.inline.begin(state)  # the first slice runs here, the orchestrator takes over after it
+            # The first slice runs here, the orchestrator takes over after it.
+            self.inline.begin(state, public_url=origin)
         else:
             self.orchestrator.start(state.run_id)
         # The run exists and is driven: once storage is back it goes on, and the retried POST
@@ -185,13 +186,6 @@ class ChatService:
         if principal is not None and summary.principal is not None and summary.principal != principal:
             raise RunNotFoundError(run_id)
         return summary
-
-    async def stream_start(
-        self, run_id: str, start: int, principal: str | None, summary: RunSummary | None = None
-    ) -> StreamStart:
-        """Where a stream request from ``start`` (negative: from the tail) begins: see
-        :func:`.resume.stream_start`."""
-        return await stream_start(self, run_id, start, principal, summary)
 
     async def status(self, run_id: str, principal: str | None) -> dict[str, Any]:
         """What the run API reports about a run."""
@@ -326,7 +320,7 @@ class ChatService:
         """Batches of chunks from ``start`` until ``finish`` or the response window ends.
 
         ``first``, when given, is what the log holds from ``start`` as already read (by
-        :meth:`stream_start`). Yields ``None`` (:data:`KEEPALIVE`) after a quiet
+        :func:`.resume.stream_start`). Yields ``None`` (:data:`KEEPALIVE`) after a quiet
         ``keepalive_seconds``. Without a commit signal it polls: right when the writer's next
         append is due if the log can tell (:class:`~durable_harness.ports.CommitCadence`), else
         every ``poll_seconds`` while chunks come, backing off towards ``idle_poll_seconds`` while
@@ -360,7 +354,7 @@ class ChatService:
                 index += len(chunks)
                 quiet_since = now
                 for i, chunk in enumerate(chunks):
-                    if chunk.startswith(_FINISH_PREFIX):
+                    if chunk.startswith(FINISH_PREFIX):
                         yield chunks[: i + 1]
                         return
                 yield chunks

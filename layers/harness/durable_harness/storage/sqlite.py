@@ -390,7 +390,7 @@ class SqliteCheckpointStore(TimerTable):
                 conn.execute("PRAGMA synchronous=NORMAL")
                 _prepare(conn, self._path)
                 conn.execute(_PRINCIPAL_INDEX)
-                conn.execute(TIMERS_SCHEMA)  # a file of this format made before parked runs had timers gets it
+                conn.executescript(TIMERS_SCHEMA)  # a file of this format made before parked runs had timers gets it
             except BaseException:
                 conn.close()
                 raise

@@ -15,9 +15,9 @@ too) went out a moment before it; while the model streams the pace is the same (
 ``flush_burst - 1`` extra flushes after each quiet spell, never more than one per interval on
 average).
 
-Under pressure the pace backs off: a log that tells whether an append had to be retried (the
-store throttled it, or failed and was asked again: :meth:`~durable_harness.aws.chunklog.
-DynamoChunkLog.retried`) doubles the interval after each such append, up to ``MAX_BACKOFF`` times
+Under pressure the pace backs off: a log that tells whether an append had to be retried
+(:class:`~durable_harness.ports.RetriedAppends`: the store throttled it, or failed and was asked
+again, as the DynamoDB log tells) doubles the interval after each such append, up to ``MAX_BACKOFF`` times
 ``flush_interval``, and halves it back after each append that went through at once. The chunks
 are the same, in fewer and larger appends: a throttled table gets fewer writes (an on-demand
 table's 4,000 write units per second serve about 300 streaming runs at the base pace), and
@@ -32,7 +32,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from ..errors import StorageError
-from ..ports import ChunkLog
+from ..ports import ChunkLog, RetriedAppends
 from .memory import check_chunks
 
 __all__ = ["MAX_BACKOFF", "ChunkWriter"]
@@ -78,6 +78,7 @@ class ChunkWriter:
         if flush_burst < 1:
             raise ValueError(f"flush_burst must be >= 1, got {flush_burst}")
         self._log = log
+        self._retries = log if isinstance(log, RetriedAppends) else None
         self._run_id = run_id
         self._epoch = epoch
         self._base_interval = flush_interval
@@ -289,10 +290,9 @@ class ChunkWriter:
 
     def _adjust_pace(self) -> None:
         """Back off after an append the log had to retry; come back after one it did not."""
-        retried = getattr(self._log, "retried", None)
-        if retried is None or self._base_interval == 0:
+        if self._retries is None or self._base_interval == 0:
             return
-        if retried(self._run_id):
+        if self._retries.retried(self._run_id):
             self._interval = min(self._interval * 2, self._base_interval * MAX_BACKOFF)
         else:
             self._interval = max(self._base_interval, self._interval / 2)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..harness.interface import Harness, HarnessEvent
-    from ..runner.state import RunState
     from .record import AgentInfo, SliceRecord, SliceRecorder
+    from .view import RunView
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class SliceObserver(Protocol):
         """One event of the harness's turn, as the runner reads it (must be cheap, must not raise)."""
         ...
 
-    def end(self, state: RunState, error: BaseException | None) -> None:
+    def end(self, state: RunView, error: BaseException | None) -> None:
         """The slice ended with ``state`` (``error``: the exception that ended it, if any)."""
         ...
 
@@ -42,7 +42,7 @@ class SliceObserver(Protocol):
 class Telemetry(Protocol):
     """What the runner reports its slices to."""
 
-    def start_slice(self, state: RunState) -> SliceObserver:
+    def start_slice(self, state: RunView) -> SliceObserver:
         """An observer for the slice that starts now (``state.slices`` is its number)."""
         ...
 
@@ -59,7 +59,7 @@ class _NoObserver:
     def event(self, event: HarnessEvent) -> None:
         """Nothing to record."""
 
-    def end(self, state: RunState, error: BaseException | None) -> None:
+    def end(self, state: RunView, error: BaseException | None) -> None:
         """Nothing to send."""
 
 
@@ -68,7 +68,7 @@ class NoTelemetry:
 
     _observer = _NoObserver()
 
-    def start_slice(self, state: RunState) -> SliceObserver:
+    def start_slice(self, state: RunView) -> SliceObserver:
         """The do-nothing observer."""
         return self._observer
 
@@ -83,7 +83,7 @@ class _Observer:
         self._exporters = exporters
         self.event = recorder.event
 
-    def end(self, state: RunState, error: BaseException | None) -> None:
+    def end(self, state: RunView, error: BaseException | None) -> None:
         try:
             record = self._recorder.finish(state, error)
         except Exception:
@@ -103,7 +103,7 @@ class RunTelemetry:
         self.exporters = list(exporters)
         self.agent = agent
 
-    def start_slice(self, state: RunState) -> SliceObserver:
+    def start_slice(self, state: RunView) -> SliceObserver:
         """A recording observer."""
         from .record import SliceRecorder
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..ports import Checkpoint
-    from ..runner.state import RunState
+    from .view import RunView
 
 PRICE_DATE = "2026-12-01"
 PRICES = {
@@ -181,7 +181,7 @@ class RunRecord:
     state_bytes: int
 
 
-def run_record(checkpoint: Checkpoint, state: RunState, chunk_count: int) -> RunRecord:
+def run_record(checkpoint: Checkpoint, state: RunView, chunk_count: int) -> RunRecord:
     """The :class:`RunRecord` of a run's checkpoint, its state (parsed from it) and its log's length."""
     return RunRecord(
         slices=state.slices,

@@ -35,7 +35,7 @@ from ..protocol import harness_parts as hp
 from ..protocol import ui_chunks as uc
 
 if TYPE_CHECKING:
-    from ..runner.state import RunState
+    from .view import RunView
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class SliceRecorder:
     nanoseconds (tests pass a fake one).
     """
 
-    def __init__(self, state: RunState, agent: AgentInfo, *, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, state: RunView, agent: AgentInfo, *, clock: Callable[[], int] = time.time_ns) -> None:
         self._clock = clock
         self._agent = agent
         self._run_id = state.run_id
@@ -372,7 +372,7 @@ class SliceRecorder:
 
     # --- the end ---------------------------------------------------------------------------------
 
-    def finish(self, state: RunState, error: BaseException | None) -> SliceRecord:
+    def finish(self, state: RunView, error: BaseException | None) -> SliceRecord:
         """Close every open span and return the slice's record (``error``: what ended it, if it raised)."""
         now = self._clock()
         failure = type(error).__name__ if error is not None else "run_failed" if state.status == "failed" else None

@@ -43,7 +43,7 @@ from ...aws.lite._client import THROTTLING_CODES, TRANSIENT_CODES
 from ...aws.lite.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClient, StreamingBody
 from ...errors import FatalError, RetryableError
 from ...protocol.sse import SSEParser
-from .client import ATTACH_READ_TIMEOUT_SECONDS, Attachment, BridgeError, checked_answer
+from .client import ATTACH_READ_TIMEOUT_SECONDS, Attachment, BridgeError, SessionCommands, checked_answer
 from .transport import SessionSpec, SessionTransport, TransportFactory
 
 __all__ = [
@@ -106,7 +106,7 @@ def _translate(exc: Exception, what: str) -> BridgeError:
     return SessionUnavailableError(f"{what}: AgentCore could not be reached: {exc}")
 
 
-class AgentCoreConnection:
+class AgentCoreConnection(SessionCommands):
     """Commands to one session's bridge in AgentCore Runtime (see the module's docstring)."""
 
     def __init__(
@@ -201,33 +201,10 @@ class AgentCoreConnection:
         status = await self.status()
         return {"status": "HealthyBusy" if status.get("busy") else "Healthy"}
 
-    async def start(self) -> str:
-        """Start the program unless it runs; the current boot id."""
-        return str((await self.command({"action": "start"}))["bootId"])
-
-    async def status(self) -> dict[str, Any]:
-        """``bootId``, ``running``, ``busy``, ``cursor`` (lines so far), ``pid``, ``exitCode``."""
-        return await self.command({"action": "status"})
-
-    async def send(self, line: Mapping[str, Any], boot_id: str | None = None) -> None:
-        """Write one line to the program's stdin (to boot ``boot_id`` only, when given): one attempt."""
-        command: dict[str, Any] = {"action": "send", "line": dict(line)}
-        if boot_id is not None:
-            command["bootId"] = boot_id
-        await self.command(command, once=True)
-
     def attach(self, boot_id: str, cursor: int = 0, deadline_seconds: float = 60.0) -> AgentCoreAttachment:
         """The lines of boot ``boot_id`` from ``cursor`` as they come, until the deadline (plus at
         most :data:`ATTACH_MARGIN_SECONDS`), the end of the turn or the program's exit."""
         return AgentCoreAttachment(self, boot_id, cursor, deadline_seconds)
-
-    async def kill(self, boot_id: str | None = None) -> int | None:
-        """Kill the program (boot ``boot_id`` only, when given); its exit code. The session stays."""
-        command: dict[str, Any] = {"action": "kill"}
-        if boot_id is not None:
-            command["bootId"] = boot_id
-        answer = await self.command(command)
-        return answer.get("exitCode")
 
     async def destroy(self) -> None:
         """End the session: ``destroy`` to the bridge (the program is told, then killed after the

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..programs import process_start_time, program_env
 from . import registry
-from .program import Boot, minimal_env
+from .program import Boot
 
 logger = logging.getLogger(__name__)
 
@@ -141,10 +142,10 @@ class Bridge:
         boot = self.boot
         program_pid = boot.pid if boot is not None and boot.running else None
         record = registry.BridgeRecord(
-            session_id=self.session_id, pid=os.getpid(), start_time=registry.process_start_time(os.getpid()) or 0,
+            session_id=self.session_id, pid=os.getpid(), start_time=process_start_time(os.getpid()) or 0,
             host=self.address[0], port=self.address[1], secret=self.config.secret or "",
             boot_id=boot.boot_id if boot is not None else None, program_pid=program_pid,
-            program_start_time=registry.process_start_time(program_pid) if program_pid else None,
+            program_start_time=process_start_time(program_pid) if program_pid else None,
         )  # fmt: skip
         registry.write_record(self.config.data_dir, record)
 
@@ -160,7 +161,8 @@ class Bridge:
             boot = Boot(self.log_dir, self.changed)
             config = self.config
             try:
-                await boot.spawn(config.command, config.cwd, minimal_env(config.env, config.pass_env))
+                env = program_env({**dict.fromkeys(config.pass_env), **config.env})
+                await boot.spawn(config.command, config.cwd, env)
             except OSError as exc:
                 boot.retire()
                 raise BadRequest(422, f"cannot start the harness program {config.command[0]!r}: {exc}") from None

@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 
 from ...protocol.sse import SSEParser
+from ..programs import program_env
 from . import registry
 from .app import DEFAULT_GRACE_SECONDS, DEFAULT_IDLE_SECONDS, SECRET_HEADER, SESSION_HEADER
-from .program import minimal_env
 
 START_TIMEOUT_SECONDS = 30.0
 ATTACH_READ_TIMEOUT_SECONDS = 75.0
@@ -125,7 +125,42 @@ class Attachment:
         return None
 
 
-class BridgeConnection:
+class SessionCommands:
+    """The commands of a session over its transport's :meth:`command`, the same for every one
+    (:class:`BridgeConnection` on loopback, and AgentCore's connection)."""
+
+    async def command(self, command: Mapping[str, Any], *, once: bool = False) -> dict[str, Any]:
+        """One non-streaming command; its JSON answer. ``once``: a single attempt, for a transport
+        that retries (a command that must not reach the program twice)."""
+        raise NotImplementedError
+
+    async def start(self) -> str:
+        """Start the program unless it runs; the current boot id."""
+        return str((await self.command({"action": "start"}))["bootId"])
+
+    async def status(self) -> dict[str, Any]:
+        """``bootId``, ``running``, ``busy``, ``cursor`` (lines so far), ``pid``, ``exitCode``."""
+        return await self.command({"action": "status"})
+
+    async def send(self, line: Mapping[str, Any], boot_id: str | None = None) -> None:
+        """Write one line to the program's stdin (to boot ``boot_id`` only, when given): one attempt,
+        as a send that failed on the way may have reached the program (the caller decides)."""
+        command: dict[str, Any] = {"action": "send", "line": dict(line)}
+        if boot_id is not None:
+            command["bootId"] = boot_id
+        await self.command(command, once=True)
+
+    async def kill(self, boot_id: str | None = None) -> int | None:
+        """Kill the program (boot ``boot_id`` only, when given); its exit code. The session stays:
+        the next ``start()`` is a new boot."""
+        command: dict[str, Any] = {"action": "kill"}
+        if boot_id is not None:
+            command["bootId"] = boot_id
+        answer = await self.command(command)
+        return answer.get("exitCode")
+
+
+class BridgeConnection(SessionCommands):
     """Commands to one bridge (``url``, with the session's ``secret``)."""
 
     def __init__(self, url: str, secret: str | None, session_id: str, *, pid: int | None = None) -> None:
@@ -137,8 +172,9 @@ class BridgeConnection:
         # the environment (HTTP_PROXY must never carry the session's secret elsewhere).
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(30.0), verify=False, trust_env=False)
 
-    async def command(self, command: Mapping[str, Any]) -> dict[str, Any]:
-        """One non-streaming command; its JSON answer (a 4xx raises :class:`BridgeError`)."""
+    async def command(self, command: Mapping[str, Any], *, once: bool = False) -> dict[str, Any]:
+        """One non-streaming command; its JSON answer (a 4xx raises :class:`BridgeError`). Every
+        command is one attempt on loopback (``once`` changes nothing)."""
         try:
             response = await self.http.post(self.url + "/invocations", json=dict(command), headers=self.headers)
         except httpx.HTTPError as exc:
@@ -158,34 +194,10 @@ class BridgeConnection:
         answer: dict[str, Any] = response.json()
         return answer
 
-    async def start(self) -> str:
-        """Start the program unless it runs; the current boot id."""
-        return str((await self.command({"action": "start"}))["bootId"])
-
-    async def status(self) -> dict[str, Any]:
-        """``bootId``, ``running``, ``busy``, ``cursor`` (lines so far), ``pid``, ``exitCode``."""
-        return await self.command({"action": "status"})
-
-    async def send(self, line: Mapping[str, Any], boot_id: str | None = None) -> None:
-        """Write one line to the program's stdin (to boot ``boot_id`` only, when given)."""
-        command: dict[str, Any] = {"action": "send", "line": dict(line)}
-        if boot_id is not None:
-            command["bootId"] = boot_id
-        await self.command(command)
-
     def attach(self, boot_id: str, cursor: int = 0, deadline_seconds: float = 60.0) -> Attachment:
         """The lines of boot ``boot_id`` from ``cursor`` as they come, until the deadline, the end
         of the turn or the program's exit."""
         return Attachment(self, boot_id, cursor, deadline_seconds)
-
-    async def kill(self, boot_id: str | None = None) -> int | None:
-        """Kill the program (boot ``boot_id`` only, when given); its exit code. The bridge stays:
-        the next ``start()`` is a new boot."""
-        command: dict[str, Any] = {"action": "kill"}
-        if boot_id is not None:
-            command["bootId"] = boot_id
-        answer = await self.command(command)
-        return answer.get("exitCode")
 
     async def destroy(self) -> None:
         """End the session: the program gets ``destroy`` (then a kill after the grace), the bridge
@@ -289,7 +301,7 @@ async def _launch(
     with open(folder / "bridge.log", "ab") as stderr:
         proc = subprocess.Popen(  # our own module, no shell
             [*argv, "--", *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-            env=minimal_env(pass_names=("PYTHONPATH", *pass_env)), start_new_session=True, close_fds=True,
+            env=program_env(dict.fromkeys(("PYTHONPATH", *pass_env))), start_new_session=True, close_fds=True,
         )  # fmt: skip
     _launched.append(proc)
     assert proc.stdin is not None and proc.stdout is not None
@@ -308,14 +320,3 @@ async def _launch(
         raise BridgeError(f"the bridge for session {session_id} did not start: {tail.strip() or 'no output'}")
     return BridgeConnection(record.url, secret, session_id, pid=proc.pid)
 
-
-__all__ = [
-    "Attachment",
-    "BridgeConnection",
-    "BridgeError",
-    "NumberedLine",
-    "ProgramNotRunningError",
-    "SessionLostError",
-    "find",
-    "find_or_start",
-]

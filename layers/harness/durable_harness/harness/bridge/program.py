@@ -13,30 +13,18 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import signal
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ...ids import new_id
-from ..programs import BASE_ENV  # the one list of the variables a program inherits
+from ..programs import kill_group, log_stderr, spawn
 from .log import MAX_LINE_BYTES, LineLog
 
 logger = logging.getLogger(__name__)
 
 TURN_STARTS = frozenset({"start", "continue"})
 READ_CHUNK = 64 * 1024
-
-
-def minimal_env(
-    extra: Mapping[str, str] | None = None, pass_names: Iterable[str] = (), source: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """A minimal environment: :data:`BASE_ENV` and ``pass_names`` taken from ``source`` (ours by
-    default) when set, then ``extra``."""
-    source = os.environ if source is None else source
-    env = {name: source[name] for name in (*BASE_ENV, *pass_names) if name in source}
-    return {**env, **(extra or {})}
 
 
 class Boot:
@@ -67,18 +55,13 @@ class Boot:
 
     async def spawn(self, command: Sequence[str], cwd: str | None, env: Mapping[str, str]) -> None:
         """Start the program (raises ``OSError`` if it cannot be started)."""
-        self.proc = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,  # its own process group: a kill reaches its children, not the bridge
-        )
+        self.proc = await spawn(command, cwd, env)  # its own process group: a kill reaches its children, not the bridge
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._read_stdout()), loop.create_task(self._log_stderr())]
-        self._tasks.append(loop.create_task(self._wait()))
+        self._tasks = [
+            loop.create_task(self._read_stdout()),
+            loop.create_task(log_stderr(self.proc, logger, "program")),
+            loop.create_task(self._wait()),
+        ]
 
     async def send(self, line: Mapping[str, Any]) -> bool:
         """Write one JSON line to the program's stdin; False if it can no longer be written."""
@@ -105,8 +88,7 @@ class Boot:
     async def kill(self) -> None:
         """SIGKILL the program's process group and wait for the boot to end."""
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            kill_group(self.proc.pid)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.exited.wait(), 10.0)
 
@@ -163,22 +145,10 @@ class Boot:
             self.busy = False
         self._changed()
 
-    async def _log_stderr(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        while True:
-            try:
-                line = await self.proc.stderr.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                continue
-            if not line:
-                return
-            logger.info("program [%s] stderr: %s", self.proc.pid, line.decode("utf-8", "replace").rstrip())
-
     async def _wait(self) -> None:
         assert self.proc is not None
         code = await self.proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the boot is over: no child of it outlives it
+        kill_group(self.proc.pid)  # the boot is over: no child of it outlives it
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._tasks[0]), 5.0)  # the lines it wrote first
         self.exit_code = code
@@ -199,4 +169,4 @@ def _is_finish(raw: bytes) -> bool:
     return isinstance(obj, dict) and obj.get("type") == "finish"
 
 
-__all__ = ["BASE_ENV", "Boot", "minimal_env"]
+__all__ = ["Boot"]

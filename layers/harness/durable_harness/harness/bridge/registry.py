@@ -18,10 +18,11 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from ..programs import kill_group, process_start_time
 
 REGISTRY_VERSION = 1
 
@@ -95,19 +96,6 @@ def lock_path(data_dir: str | Path, session_id: str) -> Path:
     return bridges_dir(data_dir) / f"{session_key(session_id)}.lock"
 
 
-def process_start_time(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot), or None if there is no such live
-    process (a zombie counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(b")") + 2 :].split()  # the name may hold spaces and parentheses
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
-
-
 def is_alive(pid: int | None, start_time: int | None) -> bool:
     """Whether ``pid`` is the live process that started at ``start_time`` (not a reused pid)."""
     return pid is not None and start_time is not None and process_start_time(pid) == start_time
@@ -168,8 +156,7 @@ def clean(data_dir: str | Path, record: BridgeRecord) -> None:
     """Remove a dead bridge's record and folder, and kill the program it left running."""
     if is_alive(record.program_pid, record.program_start_time):
         assert record.program_pid is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(record.program_pid, signal.SIGKILL)  # the program leads its own process group
+        kill_group(record.program_pid)  # the program leads its own process group
     remove_record(data_dir, record.session_id, pid=record.pid)
 
 
@@ -195,7 +182,6 @@ __all__ = [
     "is_alive",
     "live_record",
     "lock_path",
-    "process_start_time",
     "read_record",
     "record_path",
     "remove_record",

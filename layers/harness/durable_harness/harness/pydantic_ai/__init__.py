@@ -7,7 +7,8 @@ response is complete, and after every tool result. A step redone after a crash (
 shows again what the client had seen of it and runs only the tools that had no recorded result.
 Tools declared with ``requires_approval=True`` are Pydantic AI's deferred tools: their calls
 become signed approval requests and the turn pauses; the verified answers come back as
-``DeferredToolResults`` (a missing or invalid answer is a denial). Structured output
+``DeferredToolResults`` (a missing or invalid answer is a denial). A tool that raises
+``CallDeferred`` parks the run until its event (or timeout) comes (:mod:`.deferred`). Structured output
 (``output_type``) becomes the run's result. Earlier turns reach the agent with their tool calls
 and results (:mod:`.history`).
 

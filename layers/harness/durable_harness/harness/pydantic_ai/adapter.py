@@ -1,13 +1,17 @@
-"""``PydanticAIHarness``: drives a Pydantic AI ``Agent`` through ``agent.iter`` one slice at a time."""
+"""``PydanticAIHarness``: drives a Pydantic AI ``Agent`` through ``agent.iter`` one slice at a time.
+
+Deferred tool calls (a tool raises ``CallDeferred``) park the run on events (:mod:`.deferred`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai import messages as pm
 from pydantic_ai.agent import AgentRun, CallToolsNode, ModelRequestNode
 from pydantic_ai.models import Model
@@ -15,6 +19,7 @@ from pydantic_ai.models.function import FunctionModel
 from pydantic_graph import End
 
 from ...approvals import ApprovalSecret
+from ...errors import AgentConfigError, ProtocolError
 from ...ids import new_id
 from ...protocol import harness_parts as hp
 from ...protocol.ui_chunks import FinishReasonName
@@ -27,7 +32,9 @@ from ..interface import (
     HarnessOptions,
     StartTurn,
     TurnRequest,
+    Wait,
 )
+from .deferred import deferred_waits, settle, specs
 from .history import conversation
 from .parts import IsOutputTool, ResponseParts, jsonable, response_events, result_part, tokens, usage_of
 from .steps import Answers, RecordedResults, TurnState
@@ -101,15 +108,29 @@ class PydanticAIHarness:
             if request.continuation is not None:  # a new run: the paused step's calls get their answers
                 state.run_tools(None, Answers.of(request))
                 state.input_tokens = state.output_tokens = 0
+        answered: DeferredToolResults | None = None
+        if state.deferred:  # parked on deferred calls: their events (or timeouts) are their results
+            if request.events is None:
+                raise AgentConfigError("A deferred tool call needs a durable run (the HTTP API) to wait in.")
+            results, waiting = await asyncio.to_thread(settle, state.deferred, request.events)
+            if waiting:  # woken for another wait: park again on what has not come
+                yield Checkpoint(state.to_json())
+                yield Wait(tuple(waiting))
+                return
+            state.deferred = None
+            state.run_tools(None)
+            answered = DeferredToolResults(calls=results)
         answers = state.answers
+        if answers is not None:
+            answered = answers.results()
         recorded = {part.tool_call_id: part for part in state.results or []}
         replay = isinstance(request, ContinueTurn) and request.replay_step and state.results is not None
         run: AgentRun[Any, Any]
         async with self.agent.iter(
             prompt, message_history=state.history(), output_type=[self.agent.output_type, DeferredToolRequests],
-            deferred_tool_results=answers.results() if answers else None, capabilities=[RecordedResults(recorded)],
+            deferred_tool_results=answered, capabilities=[RecordedResults(recorded)],
         ) as run:  # fmt: skip
-            steps = _Steps(run, state, recorded, streaming=self.streams())
+            steps = _Steps(run, state, recorded, streaming=self.streams(), can_wait=request.events is not None)
             node: Any
             async for node in run:
                 if isinstance(node, ModelRequestNode):
@@ -129,9 +150,11 @@ class _Steps:
     """One slice of a turn: the agent run's nodes as steps of harness parts and checkpoints."""
 
     def __init__(
-        self, run: AgentRun[Any, Any], state: TurnState, recorded: dict[str, pm.ToolReturnPart], *, streaming: bool
-    ) -> None:
+        self, run: AgentRun[Any, Any], state: TurnState, recorded: dict[str, pm.ToolReturnPart], *, streaming: bool,
+        can_wait: bool = False,
+    ) -> None:  # fmt: skip
         self.run, self.state, self.recorded, self.streaming = run, state, recorded, streaming
+        self.can_wait = can_wait  # a durable run: deferred calls park it
         self.hidden = set(state.answers.denied) if state.answers else set()  # the runner shows denials itself
         self.is_output_tool = _output_tools(run)
         self.step_open = False
@@ -190,9 +213,26 @@ class _Steps:
                 yield Checkpoint(state.to_json())  # this tool never runs again
 
     async def end(self, output: Any, *, has_output: bool) -> AsyncGenerator[HarnessEvent, None]:
-        """The turn's end: a pause for approvals, or its answer."""
+        """The turn's end: a pause for approvals, a park on deferred calls, or its answer."""
         state = self.state
         paused = isinstance(output, DeferredToolRequests)
+        if paused and output.calls and output.approvals:  # (its continuation would fail in Pydantic AI)
+            raise ProtocolError(
+                "A step that defers a call (CallDeferred) and asks for an approval at once is not supported: "
+                f"call {output.calls[0].tool_call_id} waits for an event, {output.approvals[0].tool_call_id} for "
+                "the user; let them happen in different steps."
+            )
+        if paused and output.calls:  # the run waits for the calls' events
+            if not self.can_wait:
+                raise AgentConfigError("A deferred tool call needs a durable run (the HTTP API) to wait in.")
+            waits = deferred_waits(output)
+            if self.step_open:
+                yield self._finish_step("tool-calls")
+            state.next_step(self.run.all_messages())
+            state.deferred = waits
+            yield Checkpoint(state.to_json())  # the turn goes on from here once they are answered
+            yield Wait(specs(waits))
+            return
         if paused:
             for call in output.approvals:
                 yield hp.ToolApprovalRequestPart(

@@ -74,7 +74,8 @@ class TurnState:
     ``messages`` stays in JSON form: it is written at every checkpoint and read once per slice.
     ``results`` is None at a step boundary; while a step's tools run it holds the results recorded
     so far (``messages`` then ends with the step's model response). ``answers`` is set while the
-    step that continues a paused turn runs.
+    step that continues a paused turn runs. ``deferred``: the calls the run is parked on (a tool
+    raised ``CallDeferred``), each ``{toolCallId, name, deadline, seconds}`` (:mod:`.deferred`).
     """
 
     messages: list[Any]
@@ -83,6 +84,7 @@ class TurnState:
     output_tokens: int = 0
     results: list[pm.ToolReturnPart] | None = None
     answers: Answers | None = None
+    deferred: list[dict[str, Any]] | None = None
 
     @classmethod
     def start(cls, history: list[pm.ModelMessage]) -> TurnState:
@@ -105,7 +107,7 @@ class TurnState:
         return cls(
             messages=list(data.get("messages", [])), step=int(data.get("step", 0)),
             input_tokens=int(usage.get("inputTokens", 0)), output_tokens=int(usage.get("outputTokens", 0)),
-            results=results, answers=answers,
+            results=results, answers=answers, deferred=data.get("deferred"),
         )  # fmt: skip
 
     def history(self) -> list[pm.ModelMessage]:
@@ -137,6 +139,8 @@ class TurnState:
         if self.results is not None:
             recorded = dump([pm.ModelRequest(parts=list(self.results))])
             state["tools"] = {"results": recorded, "answers": self.answers.to_json() if self.answers else None}
+        if self.deferred:
+            state["deferred"] = self.deferred
         return state
 
 

@@ -13,7 +13,10 @@ pydantic tool receives its model's defaults.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
+
+from pydantic import BaseModel
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
@@ -101,3 +104,18 @@ def with_defaults(value: Any, schema: dict[str, Any]) -> Any:
     if isinstance(value, list) and isinstance(items, dict):
         return [with_defaults(item, items) for item in value]
     return value
+
+
+def to_json_value(value: Any) -> Any:
+    """A JSON-compatible copy of a tool's output (pydantic models dumped, tuples as lists)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return json.loads(json.dumps(value, default=_default))
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    raise TypeError(f"tool output of type {type(value).__name__} is not JSON-serializable")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints, overload
@@ -28,7 +27,7 @@ from ..messages import ModelMessage
 from ..models.base import ToolDefinition
 from .durable import DurableCall
 from .pool import run_in_tool_thread
-from .schema import schema_errors, with_defaults
+from .schema import schema_errors, to_json_value, with_defaults
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 NeedsApproval = bool | Callable[[Any, "ToolContext"], "bool | Awaitable[bool]"]
@@ -39,9 +38,11 @@ NeedsApproval = bool | Callable[[Any, "ToolContext"], "bool | Awaitable[bool]"]
 class ToolContext:
     """What a tool (and a ``needs_approval`` function) may know about the call it serves.
 
-    In a durable run an async tool also gets the durable primitives (decision D16;
-    :mod:`durable_harness.agent.durable`, which states the replay rule): :meth:`step`,
-    :meth:`wait_for_event`, :meth:`sleep` and :meth:`event_url`.
+    In a durable run a tool also gets the durable primitives (decision D16;
+    :mod:`durable_harness.tools.durable`, which states the replay rule): :meth:`step`,
+    :meth:`wait_for_event`, :meth:`sleep` and :meth:`event_url`. An async tool awaits them; a
+    sync tool (it runs on the tool pool, off the event loop) calls them without ``await``: there
+    they block its thread and return the value itself.
     """
 
     tool_call_id: str
@@ -57,20 +58,31 @@ class ToolContext:
             raise ToolError(f"ctx.{what} is only available while the tool executes.")
         return self.durable
 
-    async def step(self, name: str, fn: Callable[[], Any]) -> Any:
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` (sync or async) once and record its JSON result; when the tool runs again
-        (after a wait, a slice end or a crash) the recorded result is returned instead."""
-        return await self._journal("step").step(name, fn)
+        (after a wait, a slice end or a crash) the recorded result is returned instead.
 
-    async def wait_for_event(self, name: str, timeout_seconds: float | None = None) -> Any:
+        Awaitable on the event loop (an async tool); in a sync tool the result itself."""
+        durable = self._journal("step")
+        return durable.step_sync(name, fn) if durable.in_thread() else durable.step(name, fn)
+
+    def wait_for_event(self, name: str, timeout_seconds: float | None = None) -> Any:
         """The JSON payload of the run's event ``name``: at once if it arrived, else the run parks
         (status ``awaiting_event``, nothing running) until it does; raises
-        :class:`~durable_harness.waits.WaitTimeout` once ``timeout_seconds`` passed without it."""
-        return await self._journal("wait_for_event").wait_for_event(name, timeout_seconds)
+        :class:`~durable_harness.waits.WaitTimeout` once ``timeout_seconds`` passed without it.
 
-    async def sleep(self, seconds: float) -> None:
-        """A durable timer: the run parks (zero compute) for ``seconds``, across days if need be."""
-        await self._journal("sleep").sleep(seconds)
+        Awaitable on the event loop (an async tool); in a sync tool the payload itself."""
+        durable = self._journal("wait_for_event")
+        if durable.in_thread():
+            return durable.wait_for_event_sync(name, timeout_seconds)
+        return durable.wait_for_event(name, timeout_seconds)
+
+    def sleep(self, seconds: float) -> Any:
+        """A durable timer: the run parks (zero compute) for ``seconds``, across days if need be.
+
+        Awaitable on the event loop (an async tool); in a sync tool it returns when over (None)."""
+        durable = self._journal("sleep")
+        return durable.sleep_sync(seconds) if durable.in_thread() else durable.sleep(seconds)
 
     def event_url(self, name: str, timeout_seconds: float | None = None) -> str:
         """A URL accepting the event ``name`` as a POST of JSON, authorised by a signed token bound
@@ -181,21 +193,6 @@ def accepts_positional(function: Callable[..., Any], count: int) -> bool:
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
         return True
     return _positional_count(function) >= count
-
-
-def to_json_value(value: Any) -> Any:
-    """A JSON-compatible copy of a tool's output (pydantic models dumped, tuples as lists)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return json.loads(json.dumps(value, default=_default))
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    raise TypeError(f"tool output of type {type(value).__name__} is not JSON-serializable")
 
 
 @overload

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ..errors import AgentConfigError, OutputError
+from .errors import AgentConfigError, OutputError
 
 _DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 

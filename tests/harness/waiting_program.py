@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""A harness program that waits (issue 21): the ``wait`` and ``sleep`` lines of protocol 1.
+
+The user's text picks what it does: ``build`` (default) calls its own ``build`` tool, whose start
+appends ``started`` to ``$WAIT_DIR/effects.log`` (a side effect that must happen once), writes a
+checkpoint, then ``{"type":"wait","name":"build-done"}`` (with ``$WAIT_TIMEOUT`` as its
+``timeoutSeconds`` when set) and reports the event's payload (or ``timeout``) as the tool's
+result; ``nap`` sleeps ``$NAP_SECONDS`` (default 1) the same way; ``bad`` writes its ``wait``
+line after a part without a checkpoint between (a protocol error). When the run parks, the
+program is stopped; the next process gets ``continue`` with the last checkpoint, writes the same
+line again and is answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+NO_USAGE = {"inputTokens": {}, "outputTokens": {}}
+
+
+def emit(obj: dict[str, Any]) -> None:
+    """One line to the runner."""
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def answer() -> dict[str, Any]:
+    """The runner's ``event`` line (others, such as ``stop``, do not concern a waiting program)."""
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message["type"] == "event":
+            return message
+    sys.exit(0)  # stdin closed: the run parked, nobody answers this process
+
+
+def said(messages: list[dict[str, Any]]) -> str:
+    last = next(m for m in reversed(messages) if m["role"] == "user")
+    content = last["content"]
+    return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+
+
+def main() -> None:
+    """One turn: its first step waits, its second answers."""
+    first = json.loads(sys.stdin.readline())
+    if first["type"] == "start":
+        text = said(first["messages"])
+        state: dict[str, Any] = {"mode": "nap" if "nap" in text else "bad" if "bad" in text else "build"}
+    else:
+        state = first["state"]
+    mode = state["mode"]
+    if not state.get("started"):
+        with (Path(os.environ["WAIT_DIR"]) / "effects.log").open("a") as effects:
+            effects.write("started\n")
+        emit({"type": "tool-call", "toolCallId": "c1", "toolName": mode, "input": "{}", "providerExecuted": True})
+        state = {**state, "started": True}
+        if mode != "bad":
+            emit({"type": "checkpoint", "state": state})  # the state the program resumes from
+    if mode == "nap":
+        emit({"type": "sleep", "name": "nap", "seconds": float(os.environ.get("NAP_SECONDS", "1")),
+              "toolCallId": "c1"})  # fmt: skip
+        result: Any = "slept" if answer().get("slept") else "woke early"
+    else:
+        timeout = os.environ.get("WAIT_TIMEOUT")
+        emit({"type": "wait", "name": "build-done", "toolCallId": "c1",
+              **({"timeoutSeconds": float(timeout)} if timeout else {})})  # fmt: skip
+        event = answer()
+        result = "timeout" if event.get("timeout") else event.get("payload")
+    emit({"type": "tool-result", "toolCallId": "c1", "toolName": mode, "result": result})
+    emit({"type": "finish-step", "finishReason": {"unified": "tool-calls"}, "usage": NO_USAGE})
+    emit({"type": "checkpoint", "state": {**state, "result": result}})
+    emit({"type": "text-start", "id": "t1"})
+    emit({"type": "text-delta", "id": "t1", "delta": f"Result: {json.dumps(result, sort_keys=True)}"})
+    emit({"type": "text-end", "id": "t1"})
+    emit({"type": "finish-step", "finishReason": {"unified": "stop"}, "usage": NO_USAGE})
+    emit({"type": "finish", "finishReason": {"unified": "stop"}, "totalUsage": NO_USAGE})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The package's import layers (pyproject.toml's import-linter contracts, run by ``make lint``):
+the tree as it is keeps them, and a copy of it with an inward-pointing import, or a cycle between
+two packages, breaks them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "layers" / "harness" / "durable_harness"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(source: Path) -> subprocess.CompletedProcess[str]:
+    """lint-imports with the repository's contracts, on the package found under ``source``."""
+    env = {**os.environ, "PYTHONPATH": str(source)}  # before the editable install on sys.path
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(ROOT / "pyproject.toml")],
+        cwd=source, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def copy_with(tmp_path: Path, module: str, line: str) -> Path:
+    """A copy of the package whose ``module`` (a path under it) ends with ``line``."""
+    shutil.copytree(PACKAGE, tmp_path / "durable_harness", ignore=shutil.ignore_patterns("__pycache__", "static"))
+    target = tmp_path / "durable_harness" / module
+    target.write_text(target.read_text() + f"\n{line}\n")
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _needs_lint_imports() -> None:
+    assert LINT_IMPORTS.exists(), "import-linter is in the dev extra: make setup installs it"
+
+
+def test_the_package_keeps_its_layers() -> None:
+    done = lint(PACKAGE.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 2 kept, 0 broken." in done.stdout
+
+
+def test_an_import_that_points_outward_breaks_the_layers(tmp_path: Path) -> None:
+    done = lint(copy_with(tmp_path, "errors.py", "from .runner import state as _state  # noqa: E402"))
+    assert done.returncode != 0
+    assert "durable_harness.errors is not allowed to import durable_harness.runner" in done.stdout
+
+
+def test_a_cycle_between_two_packages_breaks_the_acyclic_contract(tmp_path: Path) -> None:
+    # storage and telemetry share a layer (neither imports the other): one import each way is a cycle.
+    source = copy_with(tmp_path, "storage/health.py", "from ..telemetry import base as _base  # noqa: E402")
+    target = source / "durable_harness" / "telemetry" / "metrics.py"
+    target.write_text(target.read_text() + "\nfrom ..storage import health as _health  # noqa: E402\n")
+    done = lint(source)
+    assert done.returncode != 0
+    assert "No cycles are allowed in durable_harness." in done.stdout
