@@ -26,7 +26,7 @@ def build_app(settings: Settings) -> ChatApp:
         from durable_harness.server.local import local_kit  # SQLite and files: not loaded when deployed
 
         return local_kit(settings).app
-    from durable_harness.aws.chatapp import chat_app
+    from durable_harness.functions.chat import chat_app
 
     return chat_app(settings)
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from durable_harness.aws.functions import FinalizerFunction
 from durable_harness.aws.tracing import capture_lambda_handler
+from durable_harness.functions.handlers import FinalizerFunction
 from durable_harness.hardening import deny_proc_reads
 
 deny_proc_reads()  # the programs and subprocesses we start cannot read our environment or memory

@@ -10,7 +10,7 @@ once; one whose awaited event came before it parked goes on at once.
 Errors, as the state machine sees them:
 
 * a :class:`~durable_harness.errors.RetryableError` becomes
-  :class:`~durable_harness.aws.functions.RetryableSliceError`, the
+  :class:`~durable_harness.functions.handlers.RetryableSliceError`, the
   error name the state machine retries with backoff (the next attempt resumes from the last
   checkpoint, with ``reset-step`` if this one died mid-step);
 * a :class:`~durable_harness.errors.FencedError` (a newer writer, such as a cancel, owns the run)
@@ -28,8 +28,8 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from durable_harness.aws.functions import SliceFunction
 from durable_harness.aws.tracing import capture_lambda_handler
+from durable_harness.functions.handlers import SliceFunction
 from durable_harness.hardening import deny_proc_reads
 
 deny_proc_reads()  # the programs and subprocesses we start cannot read our environment or memory

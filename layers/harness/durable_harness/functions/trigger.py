@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from ..aws.events import RUN_EVENT_DETAIL_TYPE, SCHEDULE_SOURCE, START_RUN_SOURCE, parse_start_run_event
+from ..aws.runtime import FunctionParts
 from ..errors import InvalidRequestError, ProtocolError, RunExistsError, RunNotFoundError
 from ..ids import is_run_id
 from ..protocol.ui_messages import convert_to_model_messages
@@ -15,9 +17,7 @@ from ..runner.runner import Runner
 from ..server.events import DeliveryAnswer, EventDesk
 from ..server.service import ChatService
 from ..waits import check_event_name
-from .events import RUN_EVENT_DETAIL_TYPE, SCHEDULE_SOURCE, START_RUN_SOURCE, parse_start_run_event
-from .functions import FunctionHandler
-from .runtime import FunctionParts
+from .handlers import FunctionHandler
 
 if TYPE_CHECKING:
     pass

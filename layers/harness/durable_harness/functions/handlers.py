@@ -1,20 +1,5 @@
-"""The Lambda functions' composition roots and handler bodies; ``functions/*/app.py`` only names
-them (with the module-level Powertools Logger and Metrics, which these receive).
-
-Each is built from one :class:`~durable_harness.settings.Settings`, read at the container's first
-invocation (an import without ``RUNS_TABLE``, as tests and tools do, builds nothing), over
-:func:`.runtime.function_parts`:
-
-* :class:`SliceFunction`: one time slice of a run (the state machine's ``RunSlice``);
-* :class:`FinalizerFunction`: the failure path, which ends a run as ``failed`` (decision D2);
-* :class:`~.trigger.TriggerFunction`: a run per "Start Run" event (decision D9), and "Run Event"
-  deliveries to waiting runs (decision D16);
-* :func:`~.chatapp.chat_app`: the deployed chat function's ASGI app (locally
-  :func:`durable_harness.server.local.local_kit`).
-
-What a handler runs is imported with this module, at the function's INIT (the functions freeze
-what their load made, ``gc.freeze``), not at its first invocation.
-"""
+"""The slice and finalizer functions' bodies, and the base of every function's handler body
+(:class:`FunctionHandler`: its parts, built at the container's first invocation)."""
 
 from __future__ import annotations
 
@@ -24,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from ..aws.events import EventPublisher, announce_slice, kind_for_status
+from ..aws.runtime import SAFETY_MARGIN_SECONDS, FunctionParts, function_parts
+from ..aws.waits import wait_of
 from ..errors import FencedError, HarnessError, RetryableError, RunNotFoundError
 from ..runner.runner import Runner
 from ..runner.state import RunState
 from ..settings import Settings
-from .events import EventPublisher, announce_slice, kind_for_status
-from .runtime import SAFETY_MARGIN_SECONDS, FunctionParts, function_parts
-from .waits import wait_of
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Metrics
@@ -61,7 +46,7 @@ def client_message(error_name: str) -> str:
 
 class FunctionHandler:
     """A function's handler body, over its parts: built once per container on first use
-    (:func:`.runtime.function_parts`), with the module-level Logger and Metrics of its handler."""
+    (:func:`durable_harness.aws.runtime.function_parts`), with the module-level Logger and Metrics of its handler."""
 
     flush_interval: float | None = None
     """The chunk log's group-commit interval (None: ``STREAM_FLUSH_SECONDS``)."""

@@ -3,6 +3,8 @@ settings (``functions/chat/app.py``; locally :func:`durable_harness.server.local
 
 from __future__ import annotations
 
+from ..aws.events import announce_slice
+from ..aws.runtime import SAFETY_MARGIN_SECONDS, function_parts
 from ..server.app import ChatApp
 from ..server.auth import authenticator_from_env
 from ..server.inline import InlineSlices
@@ -11,8 +13,6 @@ from ..server.service import ChatService, ServiceConfig
 from ..server.static import web_page_dir
 from ..settings import Settings
 from ..telemetry.costs import DeployedFunctions
-from .events import announce_slice
-from .runtime import SAFETY_MARGIN_SECONDS, function_parts
 
 __all__ = ["chat_app"]
 
