@@ -18,7 +18,7 @@ functions' code from ``.aws-sam/build/<Function>`` and the layer from
   server binds its port. (A build from before ``serve.py`` ran ``python -m uvicorn app:app``:
   there it is ``uvicorn.main`` plus ``uvicorn.Config(...).load()``.)
 * Measured inside each process: the import, as CPU time and wall time, and for the other functions
-  the CPU time of the first invocation's setup (``_runtime()``: AWS clients and the agent), which a
+  the CPU time of the first invocation's setup (``function.parts()``: AWS clients and the agent), which a
   cold start pays too; how many modules were loaded, and how many of them had no ``.pyc`` (compiled
   at import). The verdict uses the median CPU time of the import: on this shared machine the wall
   time adds whatever else runs (several times the CPU time at a load average of 5 on 2 cores),
@@ -106,7 +106,7 @@ elif {chat!r} == "uvicorn":  # the start script before serve.py: python -m uvico
 else:
     import app
 c1, t1 = time.process_time(), time.perf_counter()
-setup = getattr(app, "_runtime", None)
+setup = getattr(getattr(app, "function", None), "parts", None)  # the handler's parts, built at the first call
 if setup is not None:
     setup()
 c2, t2 = time.process_time(), time.perf_counter()
@@ -537,7 +537,7 @@ def main() -> None:
     print(table(["function", "import CPU ms p50", "import ms p50", "import ms min", "first-call setup CPU ms",
                  "process ms (incl. start-up)", "modules (compiled at import)", "no .pyc: CPU ms", "no .pyc: ms"],
                 rows))  # fmt: skip
-    print("\n(first-call setup: the handler's _runtime(), AWS clients and the agent, paid by the first invocation; "
+    print("\n(first-call setup: function.parts(): AWS clients and the agent, paid by the first invocation; "
           f"the chat app makes its clients at import; the chat is loaded as its start script does: "
           f"{chat_launcher(build / FUNCTIONS['chat'])})")  # fmt: skip
     print(f"network connections attempted at import: { ({n: f['attempts'] for n, f in figures.items()}) }")

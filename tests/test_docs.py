@@ -144,3 +144,70 @@ def test_the_http_api_page_names_every_error_code_the_api_answers() -> None:
     named = set(re.findall(r"`(?:\d{3} )?([a-z_]+)`", page))  # `invalid_json`, `404 run_not_found`
     missing = {code: files for code, files in codes.items() if code not in named}
     assert not missing, f"error codes the API answers that docs/http-api.md does not name: {missing}"
+
+
+# --- the settings: one table, the settings object's, and every variable the code reads --------------
+
+OPERATING = ROOT / "docs" / "operating.md"
+_ENVIRONMENT = r"(?:env|environ|snapshot|source)"
+_READ = re.compile(
+    rf"""(?:{_ENVIRONMENT}(?:\.get\(|\[)|getenv\(|\b{_ENVIRONMENT}, |\b(?:text|required)\(|_ENV\s*=\s*)"""
+    r"""["']([A-Z_][A-Z0-9_]{2,})["']"""
+)
+"""A variable's name where the code reads it: ``env.get("X")``, ``environ["X"]``, ``getenv("X")``, the
+settings' ``_number(snapshot, "X", ...)`` and ``required("X", ...)``, a ``*_ENV = "X"`` constant."""
+_API_KEY = re.compile(r'ApiKey\("\w+", "([A-Z_][A-Z0-9_]+)"')
+"""A model provider's key: read from the variable, or from the secret its ``_SECRET_ARN`` names."""
+
+
+def variables_read() -> dict[str, list[str]]:
+    """Variable name -> the library, handler and agent files that read it."""
+    found: dict[str, list[str]] = {}
+    for path in code_files():
+        if path.suffix != ".py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        keys = _API_KEY.findall(text)
+        for name in sorted({*_READ.findall(text), *keys, *(f"{key}_SECRET_ARN" for key in keys)}):
+            found.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+def variables_set_by_the_template() -> set[str]:
+    """Every variable the template gives a function (its Globals and each function's own)."""
+    text = (ROOT / "template.yaml").read_text(encoding="utf-8")
+    names: set[str] = set()
+    for block in re.findall(r"\n( +)Variables:\n((?:\1  .*\n)+)", text):
+        names |= set(re.findall(rf"^{block[0]}  ([A-Z_][A-Z0-9_]+):", block[1], re.MULTILINE))
+    return names
+
+
+def documented_table() -> str:
+    """The table of the "Settings" section of docs/operating.md."""
+    text = OPERATING.read_text(encoding="utf-8")
+    section = text[text.index("\n## Settings\n") :]
+    start = section.index("| variable |")
+    end = section.find("\n\n", start)
+    return section[start : end + 1 if end != -1 else len(section)]
+
+
+def test_the_settings_table_is_the_settings_objects() -> None:
+    from durable_harness.settings import settings_table
+
+    assert documented_table() == settings_table(), (
+        "docs/operating.md's Settings table differs from durable_harness.settings.SETTINGS: paste "
+        "`python -c 'from durable_harness.settings import settings_table; print(settings_table())'`"
+    )
+
+
+def test_every_variable_the_code_reads_or_the_template_sets_is_in_the_table() -> None:
+    from durable_harness.settings import SETTINGS
+
+    documented = {s.name for s in SETTINGS}
+    read, set_by_template = variables_read(), variables_set_by_the_template()
+    assert len(read) > 40 and {"RUNS_TABLE", "TOOL_THREADS", "OPENAI_API_KEY_SECRET_ARN"} <= set(read), sorted(read)
+    assert len(set_by_template) > 30 and "AWS_LITE_CLIENTS" in set_by_template, sorted(set_by_template)
+    assert {n: files for n, files in read.items() if n not in documented} == {}
+    assert sorted(set_by_template - documented) == []
+    # And nothing in the table that nothing reads or sets (a setting removed from the code goes from the docs).
+    assert sorted(documented - set(read) - set_by_template) == []

@@ -24,11 +24,11 @@ def load() -> Any:
     """The chat app and its server, loaded with the garbage collector off, then frozen."""
     gc.disable()
     try:
-        from durable_harness.errors import ApprovalSecretError, SecretError
+        from durable_harness.errors import ApprovalSecretError, SecretError, SettingsError
 
         try:
             from app import app
-        except (ApprovalSecretError, SecretError) as exc:  # configuration to fix: one line, no traceback
+        except (ApprovalSecretError, SecretError, SettingsError) as exc:  # configuration to fix: one line
             raise SystemExit(f"chat function: {exc}") from None
         from durable_harness.server import httpd  # noqa: F401  (loaded, and frozen, with the rest)
     finally:

@@ -67,9 +67,9 @@ def test_the_chat_slices_heartbeat_interval_and_timeout_come_from_the_environmen
     env = {**ENV, "INLINE_HEARTBEAT_SECONDS": "90", "INLINE_HEARTBEAT_INTERVAL": "30"}
     handover = build_runtime(env, session=boto3.Session(region_name=REGION)).handover
     assert handover is not None and (handover.timeout_seconds, handover.interval) == (90, 30.0)
-    # Each in-process slice reads its own jittered period (it beats every third of it): between
+    # Each in-process slice reads its own jittered heartbeat interval: between
     # four fifths of the interval and the interval, never past the timeout the state machine waits.
-    periods = {handover.heartbeat_seconds / 3 for _ in range(200)}
+    periods = {handover.heartbeat_interval() for _ in range(200)}
     assert all(24.0 <= p <= 30.0 for p in periods) and len(periods) > 100
     # Without an interval: a third of the timeout, as before.
     handover = build_runtime({**ENV, "INLINE_HEARTBEAT_SECONDS": "30"}, session=boto3.Session()).handover

@@ -99,3 +99,24 @@ def test_the_start_up_check_reads_the_approval_secret_now_and_refuses_a_short_on
     with caplog.at_level("WARNING", logger="durable_harness.approvals"):
         ApprovalSecret().check()
     assert "not checked at start-up" in caplog.text and "ThrottlingException" in caplog.text
+
+
+def test_the_start_up_check_is_the_approval_secrets_one_read_until_it_expires(
+    secrets: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_harness.approvals import ApprovalSecret
+    from durable_harness.aws import runtime
+
+    monkeypatch.setattr(runtime, "client_for", lambda service: secrets)  # the check's client, and Powertools'
+    reads: list[str] = []
+    secrets.meta.events.register("before-call.secrets-manager.GetSecretValue", lambda **kw: reads.append("read"))
+    arn = secrets.create_secret(Name="approval-once", SecretString="k" * 32)["ARN"]
+    approvals = ApprovalSecret(secret_id=arn)
+    approvals.check()  # the function's start-up
+    signature = approvals.sign("approval-c1", "c1", "remove", {"name": "gamma"})  # its first approval
+    assert approvals.verify(signature, "approval-c1", "c1", "remove", {"name": "gamma"})
+    assert reads == ["read"]  # one GetSecretValue for the cold start, not a second for the first approval
+    secrets.put_secret_value(SecretId=arn, SecretString="n" * 32)
+    expired = ApprovalSecret(secret_id=arn, max_age=0)
+    expired.check()
+    assert expired.keys() == ["n" * 32] and reads == ["read"] * 3  # past max_age it is read again

@@ -66,7 +66,7 @@ def test_a_function_imports_nothing_of_the_local_kit_and_freezes_its_load(logica
         f"{load}\n"
         "import app\n"
         "collector = [gc.isenabled(), gc.get_freeze_count()]  # the load ran without it, then was frozen\n"
-        "getattr(app, '_runtime', lambda: None)()  # the first invocation's setup too\n"
+        "getattr(app, 'function', None) and app.function.parts()  # the first invocation's setup too\n"
         f"print(json.dumps([[m for m in {LOCAL_ONLY!r} if m in sys.modules], collector]))\n"
     )
     env = function_env(logical_id)
@@ -139,16 +139,22 @@ def short_approval_secret(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
         yield {"AWS_ENDPOINT_URL": endpoint.url, "TOOL_APPROVAL_SECRET_ARN": arn, "AWS_LAMBDA_FUNCTION_NAME": "fn"}
 
 
-def test_the_chat_process_refuses_a_short_approval_secret_at_start_up_in_one_line(
-    short_approval_secret: dict[str, str],
-) -> None:
-    env = function_env("ChatFunction") | short_approval_secret | {"AWS_LWA_PORT": "9"}
+def start_chat_process(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The chat function's start script, run with the function's environment and ``extra``, to its end
+    (for a start that must fail)."""
+    env = function_env("ChatFunction") | {"AWS_LWA_PORT": "9"} | extra
     script = ROOT / "functions" / "chat" / "run.sh"
     env["LAMBDA_TASK_ROOT"] = str(script.parent)
     env["PYTHONPATH"] = str(ROOT / "layers" / "harness")
     env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}"
-    done = subprocess.run(["bash", str(script)], env=env, cwd=script.parent, capture_output=True, text=True,
+    return subprocess.run(["bash", str(script)], env=env, cwd=script.parent, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
+
+
+def test_the_chat_process_refuses_a_short_approval_secret_at_start_up_in_one_line(
+    short_approval_secret: dict[str, str],
+) -> None:
+    done = start_chat_process(short_approval_secret)
     assert done.returncode == 1
     arn = short_approval_secret["TOOL_APPROVAL_SECRET_ARN"]
     assert done.stderr.strip().splitlines() == [
@@ -158,6 +164,12 @@ def test_the_chat_process_refuses_a_short_approval_secret_at_start_up_in_one_lin
     assert "twenty-bytes-secret" not in done.stderr + done.stdout
 
 
+def test_the_chat_process_refuses_a_bad_setting_at_start_up_in_one_line_naming_it() -> None:
+    done = start_chat_process({"RUN_TTL_DAYS": "soon"})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == ["chat function: RUN_TTL_DAYS must be a number of days, got 'soon'"]
+
+
 def test_the_slice_function_refuses_a_short_approval_secret_when_it_sets_up(
     short_approval_secret: dict[str, str],
 ) -> None:
@@ -165,7 +177,7 @@ def test_the_slice_function_refuses_a_short_approval_secret_when_it_sets_up(
     code = (
         "import app, sys\n"
         "from durable_harness.errors import ApprovalSecretError\n"
-        "try:\n    app._runtime()\nexcept ApprovalSecretError as exc:\n    print(exc)\n    sys.exit(3)\n"
+        "try:\n    app.function.parts()\nexcept ApprovalSecretError as exc:\n    print(exc)\n    sys.exit(3)\n"
         "print(sorted(m for m in ('boto3', 'botocore.client') if m in sys.modules))\n"
     )
     arn = short_approval_secret["TOOL_APPROVAL_SECRET_ARN"]

@@ -477,3 +477,72 @@ async def test_a_turn_over_the_lite_clients_as_in_lambda(stack: MotoStack) -> No
         # The lite clients' calls are recorded (and checked against the template's IAM at the end).
         assert {("ChatFunction", "dynamodb:PutItem"), ("ChatFunction", "states:StartExecution"),
                 ("SliceFunction", "dynamodb:Query")} <= made, made  # fmt: skip
+
+
+@pytest.mark.stack_parameters(LiteClients="false")
+async def test_with_lite_clients_off_a_turn_runs_over_botocore_clients_in_lambda(stack: MotoStack) -> None:
+    """``LiteClients=false`` sets ``AWS_LITE_CLIENTS=0`` on every function: in Lambda
+    (``AWS_LAMBDA_FUNCTION_NAME`` set) their clients are then botocore's, and a whole turn over
+    several slices keeps every invariant (the calls, botocore's, are checked against IAM)."""
+    from durable_harness.aws import clients, runtime
+    from durable_harness.aws.lite import LiteClient
+
+    assert {fn.env["AWS_LITE_CLIENTS"] for fn in stack.functions.values()} == {"0"}
+    lite_made: list[str] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "harness")
+        # The functions' environment is their process's for as long as they live (clients made
+        # later, on first use, see it too).
+        monkeypatch.setenv("AWS_LITE_CLIENTS", stack.functions["ChatFunction"].env["AWS_LITE_CLIENTS"])
+        monkeypatch.setattr(runtime, "_clients", {})  # the process's clients: made afresh, then dropped
+        lite = clients._lite_client
+
+        def asked(service: str, *args: Any) -> Any:
+            lite_made.append(service)
+            return lite(service, *args)
+
+        monkeypatch.setattr(clients, "_lite_client", asked)
+        app = chat_app(stack)
+        response = await call(app, sample_event("chat-post.json"))
+        assert response.status == 200, response.body
+        run_id = response.headers["x-workflow-run-id"]
+        chunks = response.chunks()
+        assert_complete_turn(chunks)
+        assert chunks == log_of(stack, run_id)
+        total = state_of(stack, run_id).slices
+        assert total > 1 and len(stack.calls_of("SliceFunction", run_id)) == total - 1
+        [execution] = await executions_of(stack, run_id)
+        assert execution["status"] == "SUCCEEDED", execution
+        assert agents.CONTROL.executions == {"alpha": 1, "beta": 1}
+        for service in ("dynamodb", "stepfunctions", "s3"):
+            assert not isinstance(runtime.client_for(service, region="us-east-1"), LiteClient), service
+    assert lite_made == []  # no lite client was even asked for
+    made = {(call.actor, action) for call in stack.calls for action in call.actions}
+    # botocore's calls, recorded by the stack (it sees no lite client's).
+    assert {("ChatFunction", "dynamodb:PutItem"), ("ChatFunction", "states:StartExecution"),
+            ("SliceFunction", "dynamodb:Query")} <= made, made  # fmt: skip
+
+
+SIGNING_KEY = "s3cr3t-signing-key-0123456789abcdef"
+
+
+@pytest.mark.stack_parameters(Agent="tests.deploy.agents:build_approval_agent")
+@pytest.mark.stack_secrets(ApprovalSecretArn=("approval-signing-key", SIGNING_KEY))
+async def test_the_chat_function_reads_the_approval_secret_once_for_its_start_and_its_first_approval(
+    stack: MotoStack,
+) -> None:
+    from durable_harness.approvals import verify_tool_approval
+
+    from .stack import ACTOR
+
+    token = ACTOR.set("ChatFunction")  # its start-up's calls are the chat function's (the stack records them)
+    try:
+        app = chat_app(stack)  # a cold start: the secret is checked (a short one stops it)
+    finally:
+        ACTOR.reset(token)
+    response = await call(app, sample_event("chat-post.json"))
+    [request] = [c for c in response.chunks() if c["type"] == "tool-approval-request"]
+    signature = request["signature"]
+    assert verify_tool_approval(SIGNING_KEY, signature, request["approvalId"], "c9", "remove", {"name": "gamma"})
+    reads = [c for c in stack.calls if c.actor == "ChatFunction" and "secretsmanager:GetSecretValue" in c.actions]
+    assert len(reads) == 1  # the start-up check's read signs the first approval too

@@ -107,6 +107,15 @@ def test_a_run_event_through_eventbridge_resumes_a_parked_run(stack: MotoStack) 
     assert stack.invoke("TriggerFunction", event)["duplicate"] is True  # a redelivery changes nothing
 
 
+@pytest.mark.parametrize("detail", [{"runId": 7, "name": "build-done"}, {"runId": ["wrun_x"], "name": "x"}, "text"])
+def test_a_run_event_whose_run_id_is_not_a_string_is_rejected_not_a_crash(stack: MotoStack, detail: object) -> None:
+    event = {"version": "0", "id": "e-2", "source": "durable-harness.client", "detail-type": "Run Event",
+             "detail": detail}  # fmt: skip
+    # Dropped with its reason (a redelivery cannot fix it), not an error EventBridge would retry.
+    assert stack.invoke("TriggerFunction", event) == {"error": "A Run Event needs detail {runId, name, payload}."}
+    assert stack.calls_of("TriggerFunction")[-1].error is None
+
+
 def test_a_sleep_parks_in_a_wait_state_and_resumes_the_run(stack: MotoStack) -> None:
     run_id = start_run(stack, "Take a nap.")
     [execution] = stack.wait_for_executions(run_id)
@@ -191,11 +200,9 @@ async def test_a_parked_execution_that_continues_as_new_still_takes_the_event(
 ) -> None:
     # The one thing not real: the execution's age. Nothing makes one 300 days old here, so the
     # slice function's first park reports it so (renew), as wait_of does for an old execution.
-    slices = stack.functions["SliceFunction"]
-    with stack.function_env("SliceFunction"):  # loaded as its first invocation would
-        slices.load_handler()
-    assert slices.module is not None
-    wait_of, renewed = slices.module.wait_of, []
+    from durable_harness.functions import handlers  # the slice function's body (functions/slice/app.py names it)
+
+    wait_of, renewed = handlers.wait_of, []
 
     def old_once(state: Any, **kwargs: Any) -> dict[str, Any] | None:
         wait = wait_of(state, **kwargs)
@@ -204,7 +211,7 @@ async def test_a_parked_execution_that_continues_as_new_still_takes_the_event(
             return {**wait, "renew": True}
         return wait
 
-    monkeypatch.setattr(slices.module, "wait_of", old_once)
+    monkeypatch.setattr(handlers, "wait_of", old_once)
     run_id = start_run(stack, "Build acme.")
     wait_until(lambda: parked_token(stack, run_id) is not None, what="the run to park in AwaitEvent")
     first, second = sorted((e for e in stack.executions() if e["name"].startswith(run_id)),

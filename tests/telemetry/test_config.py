@@ -67,7 +67,7 @@ COLD = """
 import json, sys
 sys.path.insert(0, "functions/slice")
 import app
-runtime, runner = app._runtime()
+runner = app.function.parts().runner
 from durable_harness.telemetry import telemetry_from_env
 telemetry = telemetry_from_env(runner.agent)
 print(json.dumps({"exporters": [type(e).__name__ for e in getattr(telemetry, "exporters", [])],

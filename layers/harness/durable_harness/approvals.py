@@ -18,7 +18,8 @@ import hmac
 import json
 import logging
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ApprovalSecretError, SecretUnavailableError
@@ -95,7 +96,7 @@ class ApprovalSecret:
     value of ``TOOL_APPROVAL_SECRET``.
 
     The value is read when first needed and cached (Secrets Manager values for ``max_age``
-    seconds). ``repr`` never shows it.
+    seconds); the value :meth:`check` read at start-up is that first read. ``repr`` never shows it.
     """
 
     def __init__(
@@ -110,6 +111,8 @@ class ApprovalSecret:
         self.secret_id = secret_id
         self.max_age = max_age
         self._loader = loader
+        self._checked: tuple[float, str] | None = None
+        """(when, value) of the start-up check's read: the cache until ``max_age`` has passed."""
 
     def __repr__(self) -> str:
         return f"ApprovalSecret(source={self._source()!r})"
@@ -126,6 +129,13 @@ class ApprovalSecret:
             return "the value given to ApprovalSecret"
         return self._secret_id() or self.env_var or "custom loader"
 
+    def pin(self, environ: Mapping[str, str]) -> None:
+        """Take the Secrets Manager secret (``TOOL_APPROVAL_SECRET_ARN``) from ``environ`` now, once,
+        instead of from the process environment at each read: a composition root's settings
+        (:attr:`durable_harness.settings.Settings.environ`). A source given explicitly stays."""
+        if self._loader is None and self.secret_id is None and self.env_var:
+            self.secret_id = environ.get(DEFAULT_SECRET_ARN_ENV, "").strip() or None
+
     @classmethod
     def from_value(cls, value: str) -> ApprovalSecret:
         """A fixed secret (tests, or a value the caller already holds)."""
@@ -137,6 +147,10 @@ class ApprovalSecret:
             return self._loader()
         secret_id = self._secret_id()
         if secret_id:
+            checked = self._checked
+            if checked is not None and time.monotonic() - checked[0] < self.max_age:
+                return checked[1]  # read at start-up: a cold start reads the secret once
+            self._checked = None
             return read_secret(secret_id, max_age=self.max_age)
         if self.env_var:
             return os.environ.get(self.env_var) or None
@@ -171,8 +185,9 @@ class ApprovalSecret:
         Raises :class:`~durable_harness.errors.ApprovalSecretError` for a secret under
         :data:`MIN_SECRET_BYTES` and :class:`~durable_harness.errors.SecretError` for a Secrets
         Manager secret that does not exist or may not be read. A Secrets Manager secret is read
-        without the cache (and without boto3: a lite client in Lambda); when Secrets Manager cannot
-        be reached right now, that is logged and the secret is checked when it is first used.
+        without the cache (and without boto3: a lite client in Lambda), and the value read is the
+        one used for the next ``max_age`` seconds; when Secrets Manager cannot be reached right
+        now, that is logged and the secret is checked when it is first used.
         """
         secret_id = self._secret_id()
         if secret_id is None:
@@ -184,6 +199,7 @@ class ApprovalSecret:
             logger.warning("approval secret not checked at start-up (%s); it is checked when first used", exc)
             return
         self._keys_of(value)
+        self._checked = (time.monotonic(), value)
 
     def sign(self, approval_id: str, tool_call_id: str, tool_name: str, tool_input: Any) -> str | None:
         """The signature of an approval request, or None without a secret."""

@@ -5,65 +5,22 @@ deployed stack (:mod:`.check`)."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import logging
 import os
 import secrets
 import sys
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .approvals import DEFAULT_SECRET_ENV
-from .errors import AgentConfigError
-from .harness.interface import Harness
+from .loader import load_agent
+from .settings import DEFAULT_AGENT
 
-if TYPE_CHECKING:  # imported by the commands only: the Lambda functions import load_agent from here
+if TYPE_CHECKING:  # imported by the commands only
     import argparse
 
-DEFAULT_AGENT = "my_agent:build_agent"
-
-
-def agent_spec(env: Mapping[str, str] = os.environ) -> str:
-    """The ``AGENT`` spec (``module:attribute``) of this process: what loads its agent, and the
-    identity its runs record (``Runner(agent_id=...)``, one rule locally and deployed)."""
-    return env.get("AGENT") or DEFAULT_AGENT
-
-
-def load_agent(spec: str, **kwargs: Any) -> Harness:
-    """The agent (any :class:`~durable_harness.harness.Harness`) named by ``"module:attribute"``,
-    called first if it is a factory."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise SystemExit(f"--agent must look like 'package.module:name', got {spec!r}")
-    # The working folder, as `python -m` and uvicorn's --app-dir have it: the `durable-harness`
-    # script (sys.path[0] is its bin/ folder) then finds an agent file there too. Appended, so an
-    # installed module of the same name wins. From the repository, the editable install's path has
-    # layers/harness (the demo my_agent.py); in the Lambda layer it shares /opt/python with the package.
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    if spec == DEFAULT_AGENT and importlib.util.find_spec(module_name) is None:
-        raise SystemExit(
-            f"cannot load agent {spec!r}: no {module_name}.py here. The default agent is the repository's "
-            f"layers/harness/{module_name}.py; with the package installed from a wheel, write your own "
-            f"{module_name}.py with a build_agent() in the working folder, or set AGENT=module:attribute"
-        )
-    try:
-        target = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"cannot load agent {spec!r}: {exc}") from exc
-    try:
-        agent = target if isinstance(target, Harness) or not callable(target) else target(**kwargs)
-    except AgentConfigError as exc:  # e.g. a bad MODEL_ID: what to fix, not a traceback
-        raise SystemExit(f"cannot build agent {spec!r}: {exc}") from None
-    if not isinstance(agent, Harness):
-        raise SystemExit(
-            f"{spec!r} is not an agent: it must be (or build) a durable_harness.harness.Harness "
-            f"(an Agent, a ProcessHarness, a PydanticAIHarness, ...), got {type(agent).__name__}"
-        )
-    return agent
+__all__ = ["DEFAULT_AGENT", "load_agent", "main"]  # load_agent: durable_harness.loader's, named here too
 
 
 def _local_approval_secret(data_dir: str) -> None:
@@ -81,36 +38,38 @@ def _local_approval_secret(data_dir: str) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    import dataclasses
+
     import uvicorn
 
-    from .errors import AgentConfigError, HarnessError
+    from .errors import AgentConfigError, HarnessError, SettingsError
     from .hardening import deny_proc_reads
-    from .server.auth import authenticator_from_env
-    from .server.local import build_local_kit
+    from .server.local import local_kit
+    from .settings import Settings
     from .tools.pool import tool_threads
 
     deny_proc_reads()  # harness programs and tools' subprocesses cannot read our environment or memory
     try:
         tool_threads()  # a bad TOOL_THREADS fails here, not at the first tool call
-    except AgentConfigError as exc:
+        settings = Settings.from_env()
+    except (AgentConfigError, SettingsError) as exc:
         raise SystemExit(str(exc)) from None
-    extra = {"delay": args.demo_delay} if args.agent == DEFAULT_AGENT else {}
-    _local_approval_secret(args.data_dir)
-    agent = load_agent(args.agent, **extra)
-    try:
-        authenticator = authenticator_from_env(os.environ, default_mode="none", local=True)
-    except ValueError as exc:
-        raise SystemExit(f"authentication: {exc}") from None
-    kit = build_local_kit(
-        agent, args.data_dir, slice_seconds=args.slice_seconds, authenticator=authenticator, agent_id=args.agent
+    # The command's options win over the settings they default to.
+    settings = dataclasses.replace(
+        settings,
+        agent=args.agent or settings.agent,
+        slice_seconds=settings.slice_seconds if args.slice_seconds is None else args.slice_seconds,
     )
+    data_dir = args.data_dir or settings.data_dir or ".data"
+    extra = {"delay": args.demo_delay} if settings.agent == DEFAULT_AGENT else {}
+    _local_approval_secret(data_dir)
     try:
-        kit.runner.approval_secret.check()  # read now: a bad secret stops the start, not the first approval
-    except HarnessError as exc:  # too short, or its Secrets Manager secret cannot be read
+        kit = local_kit(settings, data_dir=data_dir, **extra)  # the local mode's root (server/local.py)
+    except HarnessError as exc:  # a bad AUTH_* setting, or an approval secret too short or unreadable
         raise SystemExit(str(exc)) from None
     url = f"http://{args.host}:{args.port}"
     kit.runner.public_url = kit.runner.public_url or url  # the base of the event URLs tools hand out
-    print(f"durable-harness: chat app on {url}  (data in {args.data_dir}, agent {args.agent})", flush=True)
+    print(f"durable-harness: chat app on {url}  (data in {data_dir}, agent {settings.agent})", flush=True)
     question = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "What is the weather in Paris?"}]}
     print(f"  try: curl -N {url}/api/chat -d '{json.dumps({'messages': [question]})}'", flush=True)
     uvicorn.run(kit.app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
@@ -178,11 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     serve = sub.add_parser("serve", help="serve the chat app with embedded storage")
     serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-    serve.add_argument("--data-dir", default=os.environ.get("DATA_DIR", ".data"))
+    # Defaults from the settings (durable_harness.settings): DATA_DIR (else .data), AGENT, SLICE_SECONDS.
+    serve.add_argument("--data-dir", default=None, help="the data folder (env DATA_DIR; default .data)")
     serve.add_argument(
-        "--agent", default=agent_spec(), help="module:attribute (env AGENT): the agent, and its runs' identity"
+        "--agent", default=None, help="module:attribute (env AGENT): the agent, and its runs' identity"
     )
-    serve.add_argument("--slice-seconds", type=float, default=float(os.environ.get("SLICE_SECONDS", "600")))
+    serve.add_argument("--slice-seconds", type=float, default=None, help="one slice's budget (env SLICE_SECONDS)")
     serve.add_argument("--demo-delay", type=float, default=float(os.environ.get("DEMO_DELAY", "0.03")))
     serve.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
     client = _client_options()

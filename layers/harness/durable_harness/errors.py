@@ -156,6 +156,11 @@ class AgentConfigError(FatalError):
     """The agent definition is invalid (for example, two tools with one name)."""
 
 
+class SettingsError(FatalError):
+    """An environment setting is missing or invalid (:mod:`durable_harness.settings`); the message
+    names the variable and what it must be. The AWS adapters know it as ``AwsConfigError``."""
+
+
 class ApprovalSecretError(FatalError):
     """The approval signing secret is unusable (shorter than 32 bytes). The message names where it
     came from, never its value."""

@@ -257,16 +257,16 @@ class SliceHandover(Protocol):
     """The orchestrator's side of a first slice run by the chat process that streams it (D14).
 
     ``start`` starts driving the run so that the driver first waits for the in-process slice;
-    while the slice runs the process calls ``heartbeat`` every third of ``heartbeat_seconds``
-    (without one for that long the driver takes the run over, fencing the process's writer off);
+    while the slice runs the process calls ``heartbeat`` every ``heartbeat_interval()`` seconds
+    (without one for three times that long the driver takes the run over, fencing the process's
+    writer off);
     at its end, ``hand_over`` gives the driver the slice's outcome (it routes it as it routes a
     slice of its own), or ``fail`` makes it take over at once.
     """
 
-    @property
-    def heartbeat_seconds(self) -> float:
-        """Three times the interval of the process's heartbeats (read once per slice; it may be
-        jittered): the driver waits at least this long for one before it takes the run over."""
+    def heartbeat_interval(self) -> float:
+        """Seconds between the process's heartbeats (read once per slice; it may be jittered): the
+        driver waits at least three times this long for one before it takes the run over."""
         ...
 
     def start(self, run_id: str) -> None:

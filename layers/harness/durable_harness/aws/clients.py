@@ -6,7 +6,10 @@ caller's is a lite client of :mod:`.lite` when one serves the service (credentia
 environment, as Lambda sets them; the ``aws`` or ``aws-cn`` partition): the same methods and
 errors without botocore's import and client creation, most of what is left of a function's cold
 start (``bench/cold_start.py``). botocore is then imported only when a client of another service
-is made; anywhere else (the local kit, tests, a test's session) every client is botocore's.
+is made; anywhere else (the local kit, tests, a test's session) every client is botocore's. So is
+every client in Lambda with ``AWS_LITE_CLIENTS=0`` (the template's ``LiteClients=false``): the way
+back to botocore's clients if a lite one ever misbehaves, at their cold-start cost. (The AgentCore
+session transport has a lite client only, ``harness/bridge/agentcore.py``.)
 
 A boto3 client *is* a botocore client: what boto3 adds (the S3 transfer methods, the resource
 API) the harness never uses, yet importing it (with s3transfer) costs a cold start about 15-20 ms.
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from botocore.config import Config
 
-__all__ = ["LazyClient", "make_client"]
+__all__ = ["LazyClient", "lite_clients_wanted", "make_client"]
 
 _TRIMMED_DATA = os.path.join(os.path.dirname(__file__), "botocore-data")
 """The folder of the trimmed endpoint data (only in the built layer)."""
@@ -59,7 +62,7 @@ def make_client(
     client is made, so that ``botocore.config`` is not imported for a lite client). A lite client
     takes a given ``Config``'s timeouts and attempts; without one it has ``CLIENT_CONFIG``'s.
     """
-    if session is None and os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+    if session is None and lite_clients_wanted():
         made = _lite_client(service, config, region)
         if made is not None:
             return made
@@ -78,6 +81,12 @@ def make_client(
                 data_path = shared.get_config_variable("data_path")
                 shared.set_config_variable("data_path", os.pathsep.join(filter(None, [_TRIMMED_DATA, data_path])))
         return shared.create_client(service, region_name=region, config=config)
+
+
+def lite_clients_wanted() -> bool:
+    """In Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set), unless ``AWS_LITE_CLIENTS=0``: read when a client
+    is made (the environment a test or a function has then)."""
+    return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME")) and os.environ.get("AWS_LITE_CLIENTS", "1").strip() != "0"
 
 
 def _lite_client(service: str, config: Any, region: str | None) -> Any:

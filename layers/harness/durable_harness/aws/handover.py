@@ -99,12 +99,11 @@ class StepFunctionsHandover:
         self._lock = threading.Lock()
         self._tokens: dict[str, str] = {}
 
-    @property
-    def heartbeat_seconds(self) -> float:
-        """Three times the next in-process slice's heartbeat interval (it beats every third of
-        this; read once per slice): the interval jittered down by up to a fifth, never above the
-        timeout the task waits for."""
-        return 3 * self.interval * (1 - 0.2 * self._jitter())
+    def heartbeat_interval(self) -> float:
+        """Seconds between the heartbeats of the next in-process slice (read once per slice): the
+        interval jittered down by up to a fifth, so that the heartbeats of runs started together
+        spread out; never above the third of the timeout the task waits for."""
+        return self.interval * (1 - 0.2 * self._jitter())
 
     def start(self, run_id: str) -> None:
         """Start the run's execution so that it waits for the in-process slice first."""

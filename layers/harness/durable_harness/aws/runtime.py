@@ -1,51 +1,40 @@
-"""Wiring for Lambda: the AWS adapters built from environment variables, clients made once.
+"""Wiring for Lambda: the AWS adapters built from the settings (:mod:`durable_harness.settings`),
+clients made once, and :func:`function_parts`, the part of each function's composition root that
+all four share (the adapters, the agent, its runner).
 
-Environment (set by the SAM template):
-
-=====================  ===========================================================
-``RUNS_TABLE``         DynamoDB table of run records and chunk logs (required)
-``CHUNK_BUCKET``       S3 bucket of sealed chunk-log segments, large appends and offloaded
-                       states (required)
-``STATE_MACHINE_ARN``  the run state machine (required)
-``EVENT_BUS_NAME``     bus for run lifecycle events (optional: no events without it)
-``RUN_TTL_DAYS``       days a run's records live after their last write (default 30)
-``CHUNK_RETENTION_DAYS``  days the chunk bucket keeps an object (its lifecycle rule; optional):
-                       a run record never lives longer than this after its creation, so it
-                       expires before any of its segments (see :mod:`.dynamodb`); chunk-log
-                       items live this long after they were written
-``INLINE_HEARTBEAT_SECONDS``  how long the state machine waits for a heartbeat of a first slice
-                       the chat function runs itself (:mod:`.handover`; default 30)
-``INLINE_HEARTBEAT_INTERVAL``  seconds between those heartbeats, at most a third of the above
-                       (default: a third of it); each run's is jittered down by up to a fifth
-``INLINE_FIRST_SLICE``  ``0`` when the chat function leaves every slice to the slice function
-                       (read here only for when the Step Functions client is made; see below)
-``SESSION_RUNTIME``    ``none`` (default) or ``agentcore``: persistent harness sessions run in
-                       the AgentCore runtime ``AGENTCORE_RUNTIME_ARN`` (its session transport,
-                       ``harness/bridge/agentcore.py``, is installed here)
-=====================  ===========================================================
+The settings this module reads (``docs/operating.md``, "Settings"): ``RUNS_TABLE``, ``CHUNK_BUCKET``
+and ``STATE_MACHINE_ARN`` (required), ``EVENT_BUS_NAME`` (no events without it), ``RUN_TTL_DAYS``,
+``CHUNK_RETENTION_DAYS`` (a run record never lives longer than this after its creation, so it
+expires before any of its segments, see :mod:`.dynamodb`; chunk-log items live this long after
+they were written), ``INLINE_HEARTBEAT_SECONDS`` and ``INLINE_HEARTBEAT_INTERVAL`` (the first
+slice the chat function runs itself, :mod:`.handover`), ``INLINE_FIRST_SLICE`` (for when the Step
+Functions client is made, below), and ``SESSION_RUNTIME`` / ``AGENTCORE_RUNTIME_ARN`` (persistent
+harness sessions in the AgentCore runtime: its session transport, ``harness/bridge/agentcore.py``,
+is installed here).
 
 Clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so they are
 created once per process and reused across invocations of a warm Lambda. They are botocore
-clients from one shared session (:mod:`.clients`: boto3 is not imported); a test may pass a
-``boto3.Session`` of its own. The DynamoDB client is made at once (every request and slice
-starts with a read or write of the runs table); the others on first use (``LazyClient``): the S3
-client at a slice's first seal (or a resume's first read of a sealed segment), the Step Functions
-client when the chat function starts a run's execution (after the first chunk of a slice it runs
-itself) or a slice hands over, the EventBridge client at the first event (the chat function
-publishes only when a run is cancelled). Each is a cost of the chat function's cold start its first
-chunk does not wait for (``bench/cold_start.py``). With ``INLINE_FIRST_SLICE=0`` the chat function
-starts each run's execution before its first chunk, so the Step Functions client is made at once.
+clients from one shared session (:mod:`.clients`: boto3 is not imported), or in Lambda lite ones
+(``AWS_LITE_CLIENTS=0``: botocore's there too); a test may pass a ``boto3.Session`` of its own.
+The DynamoDB client is made at once (every request and slice starts with a read or write of the
+runs table); the others on first use (``LazyClient``): the S3 client at a slice's first seal (or
+a resume's first read of a sealed segment), the Step Functions client when the chat function
+starts a run's execution (after the first chunk of a slice it runs itself) or a slice hands over,
+the EventBridge client at the first event (the chat function publishes only when a run is
+cancelled). Each is a cost of the chat function's cold start its first chunk does not wait for
+(``bench/cold_start.py``). With ``INLINE_FIRST_SLICE=0`` the chat function starts each run's
+execution before its first chunk, so the Step Functions client is made at once.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FatalError
+from ..errors import FatalError, SettingsError
+from ..settings import Settings
 from .checkpoints import DynamoCheckpointStore
 from .chunklog import DynamoChunkLog
 from .clients import LazyClient, make_client
@@ -58,7 +47,19 @@ if TYPE_CHECKING:
     import boto3
     from botocore.config import Config
 
-__all__ = ["CLIENT_CONFIG", "AwsConfigError", "AwsRuntime", "build_runtime", "client_config", "client_for"]
+    from ..runner.runner import Runner
+
+__all__ = [
+    "CLIENT_CONFIG",
+    "SAFETY_MARGIN_SECONDS",
+    "AwsConfigError",
+    "AwsRuntime",
+    "FunctionParts",
+    "build_runtime",
+    "client_config",
+    "client_for",
+    "function_parts",
+]  # fmt: skip
 
 _config: Config | None = None
 
@@ -97,13 +98,17 @@ CLIENT_CONFIG: Config
 """The botocore configuration of every botocore client this module creates (made on first read;
 a lite client has the same retries and timeouts, :mod:`.lite`)."""
 
-_DAY = 86400
+SAFETY_MARGIN_SECONDS = 60.0
+"""Time a slice run in Lambda keeps back from the time it has left (the invocation's, or the chat
+response's window): a slice stops only at a step boundary, and a step may overrun its budget."""
+
 _clients: dict[tuple[int, str, str | None], tuple[Any, Any]] = {}
 _clients_lock = threading.Lock()
 
 
-class AwsConfigError(FatalError):
-    """The deployment's environment is missing or has an invalid setting."""
+AwsConfigError = SettingsError
+"""The deployment's environment is missing or has an invalid setting (the settings' own error, by
+the name this package's callers know)."""
 
 
 @dataclass
@@ -134,24 +139,25 @@ def client_for(service: str, *, session: boto3.Session | None = None, region: st
         return client
 
 
-def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session | None = None) -> AwsRuntime:
-    """The AWS adapters configured from ``env``; raises ``AwsConfigError`` naming a bad variable."""
-    table = _required(env, "RUNS_TABLE", "the DynamoDB table of run records")
-    bucket = _required(env, "CHUNK_BUCKET", "the S3 bucket of chunk logs")
-    state_machine = _required(env, "STATE_MACHINE_ARN", "the ARN of the run state machine")
-    bus = env.get("EVENT_BUS_NAME", "").strip() or None
-    ttl_seconds = _days(env, "RUN_TTL_DAYS", "30")
-    retention = _days(env, "CHUNK_RETENTION_DAYS", "") if env.get("CHUNK_RETENTION_DAYS", "").strip() else None
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-    _install_session_transport(env)
+def build_runtime(
+    settings: Settings | Mapping[str, str] | None = None, *, session: boto3.Session | None = None
+) -> AwsRuntime:
+    """The AWS adapters configured from ``settings`` (or an environment mapping; default this
+    process's); raises ``AwsConfigError`` naming a bad variable."""
+    if not isinstance(settings, Settings):
+        settings = Settings.from_env(settings)
+    table = settings.required("RUNS_TABLE", "the DynamoDB table of run records")
+    bucket = settings.required("CHUNK_BUCKET", "the S3 bucket of chunk logs")
+    state_machine = settings.required("STATE_MACHINE_ARN", "the ARN of the run state machine")
+    ttl_seconds, retention = settings.run_ttl_seconds, settings.chunk_retention_seconds
+    _install_session_transport(settings)
 
     def client(service: str) -> Any:
-        return client_for(service, session=session, region=region)
+        return client_for(service, session=session, region=settings.region)
 
     dynamodb = client("dynamodb")
     s3 = LazyClient(lambda: client("s3"))
-    inline = env.get("INLINE_FIRST_SLICE", "1") != "0"  # as the chat app reads it
-    sfn = LazyClient(lambda: client("stepfunctions")) if inline else client("stepfunctions")
+    sfn = LazyClient(lambda: client("stepfunctions")) if settings.inline_first_slice else client("stepfunctions")
     # Chunk items live as long as the run's S3 objects: written after the record's creation, they
     # outlive the record, whose TTL is capped at creation + retention.
     log_ttl = retention if retention is not None else ttl_seconds
@@ -166,33 +172,71 @@ def build_runtime(env: Mapping[str, str] = os.environ, *, session: boto3.Session
         )
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
-    heartbeat = _whole(env, "INLINE_HEARTBEAT_SECONDS", "30")
-    interval = _whole(env, "INLINE_HEARTBEAT_INTERVAL", "0") if env.get("INLINE_HEARTBEAT_INTERVAL") else None
-    if interval is not None and interval * 3 > heartbeat:
+    heartbeat, interval = settings.inline_heartbeat_seconds, settings.inline_heartbeat_interval
+    try:  # the handover holds the rule (an interval of at most a third of the timeout)
+        handover = StepFunctionsHandover(
+            orchestrator, client=sfn, dynamodb_client=dynamodb, table_name=table, heartbeat_seconds=heartbeat,
+            heartbeat_interval=interval,
+        )  # fmt: skip
+    except ValueError as exc:
         raise AwsConfigError(
-            f"INLINE_HEARTBEAT_INTERVAL ({interval}) must be at most a third of INLINE_HEARTBEAT_SECONDS ({heartbeat}):"
+            f"INLINE_HEARTBEAT_INTERVAL ({interval}) and INLINE_HEARTBEAT_SECONDS ({heartbeat}): {exc}:"
             " set ChatSliceHeartbeatTimeout to at least 3 times ChatSliceHeartbeatInterval"
-        )
+        ) from None
+    bus = settings.event_bus_name
     return AwsRuntime(
         store=store,
         log=log,
         orchestrator=orchestrator,
         events=EventPublisher(bus, client=LazyClient(lambda: client("events"))) if bus else None,
-        handover=StepFunctionsHandover(
-            orchestrator,
-            client=sfn,
-            dynamodb_client=dynamodb,
-            table_name=table,
-            heartbeat_seconds=heartbeat,
-            heartbeat_interval=interval,
-        ),
+        handover=handover,
         waker=StepFunctionsWaker(client=sfn, dynamodb_client=dynamodb, table_name=table),
     )
 
 
-def _install_session_transport(env: Mapping[str, str]) -> None:
+@dataclass
+class FunctionParts:
+    """What every Lambda function is built from, once per container: its settings, the AWS
+    adapters, and the runner of its agent (the rest of each function's root is its own,
+    :mod:`.functions`)."""
+
+    settings: Settings
+    runtime: AwsRuntime
+    runner: Runner
+
+
+def function_parts(
+    settings: Settings,
+    *,
+    flush_interval: float | None = None,
+    on_commit: Callable[[str, int], None] | None = None,
+    check_secret: bool = True,
+    session: boto3.Session | None = None,
+) -> FunctionParts:
+    """The adapters of ``settings``, its ``AGENT`` loaded, and a runner whose runs record that
+    agent's identity. ``flush_interval`` None: ``STREAM_FLUSH_SECONDS``. ``check_secret`` reads
+    the approval secret now (a function that signs approvals): a secret under 32 bytes, or one
+    that may not be read, fails the function's start, with its own message; that read is the
+    one the first approval uses (:class:`~durable_harness.approvals.ApprovalSecret`)."""
+    from ..loader import load_agent  # the runner and the agent: imported by the functions, not by the adapters' users
+    from ..runner.runner import Runner
+
+    runtime = build_runtime(settings, session=session)
+    flush = settings.stream_flush_seconds if flush_interval is None else flush_interval
+    runner = Runner(
+        load_agent(settings.agent), runtime.store, runtime.log, flush_interval=flush, on_commit=on_commit,
+        agent_id=settings.agent, public_url=settings.public_url,
+    )  # fmt: skip
+    runner.approval_secret.pin(settings.environ)  # its secret's ARN: from the settings, as everything else
+    if check_secret:
+        runner.approval_secret.check()
+    return FunctionParts(settings, runtime, runner)
+
+
+def _install_session_transport(settings: Settings) -> None:
     """With ``SESSION_RUNTIME=agentcore``, persistent sessions get the AgentCore transport (imported
     only then: a stack without sessions does not pay for it at its cold start)."""
+    env = settings.environ
     if env.get("SESSION_RUNTIME", "").strip() in ("", "none"):
         return
     from ..harness.bridge import transport
@@ -203,32 +247,5 @@ def _install_session_transport(env: Mapping[str, str]) -> None:
         raise AwsConfigError(str(exc)) from None
     from ..harness.bridge.agentcore import RUNTIME_ARN_ENV, agentcore_factory
 
-    _required(env, RUNTIME_ARN_ENV, "the ARN of the AgentCore runtime of harness sessions")
+    settings.required(RUNTIME_ARN_ENV, "the ARN of the AgentCore runtime of harness sessions")
     transport.set_transport_factory(agentcore_factory(env))
-
-
-def _whole(env: Mapping[str, str], name: str, default: str) -> int:
-    """A positive whole number from ``env``; ``AwsConfigError`` naming the variable."""
-    text = env.get(name, default).strip() or default
-    if not text.isdigit() or int(text) < 1:
-        raise AwsConfigError(f"{name} must be a whole number of seconds, at least 1, got {text!r}")
-    return int(text)
-
-
-def _days(env: Mapping[str, str], name: str, default: str) -> int:
-    """A positive number of days from ``env``, in seconds; ``AwsConfigError`` naming the variable."""
-    text = env.get(name, default).strip() or default
-    try:
-        seconds = int(float(text) * _DAY)
-    except ValueError:
-        raise AwsConfigError(f"{name} must be a number of days, got {text!r}") from None
-    if seconds <= 0:
-        raise AwsConfigError(f"{name} must be positive, got {text!r}")
-    return seconds
-
-
-def _required(env: Mapping[str, str], name: str, meaning: str) -> str:
-    value = env.get(name, "").strip()
-    if not value:
-        raise AwsConfigError(f"environment variable {name} is not set: it must name {meaning}")
-    return value

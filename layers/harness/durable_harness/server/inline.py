@@ -11,7 +11,7 @@ function, and need no polling. The orchestrator is told through a
   model call has begun, and the process only waits for it, so the request costs the first chunk
   nothing (a slice that commits nothing within ``start_after`` seconds starts it then). The
   driver it starts waits for this slice first;
-* while the slice runs, a heartbeat every third of ``heartbeat_seconds``;
+* while the slice runs, a heartbeat every ``heartbeat_interval()`` seconds;
 * at the end of the slice (the turn ended or paused, or the budget is spent at a step boundary)
   ``hand_over`` with the run's status: a run that needs more slices goes on in the slice function,
   and this process's stream follows the log as any other does;
@@ -215,7 +215,7 @@ class InlineSlices:
         await self.runner.finalize(run_id, status="failed", error=NOT_SCHEDULED)
 
     async def _beat(self, run_id: str) -> None:
-        interval = self.handover.heartbeat_seconds / 3
+        interval = self.handover.heartbeat_interval()
         while True:
             await asyncio.sleep(interval)
             try:

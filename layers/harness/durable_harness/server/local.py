@@ -1,20 +1,28 @@
-"""The local kit: the chat app with embedded storage (SQLite + files) and an in-process orchestrator."""
+"""The local kit: the chat app with embedded storage (SQLite + files) and an in-process orchestrator.
+
+:func:`local_kit` is the local mode's composition root (``durable-harness serve``, and the chat
+function's app run without ``RUNS_TABLE``): the kit built from the settings
+(:mod:`durable_harness.settings`). :func:`build_local_kit` assembles one from its parts (tests).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from ..errors import SettingsError
 from ..harness.interface import Harness
+from ..loader import load_agent
 from ..runner.local import LocalOrchestrator
 from ..runner.runner import Runner
+from ..settings import Settings
 from ..storage._private import make_private_dirs
 from ..storage.files import FileChunkLog
 from ..storage.health import StorageHealth
 from ..storage.sqlite import SqliteCheckpointStore
 from .app import ChatApp
-from .auth import Authenticator
+from .auth import Authenticator, authenticator_from_env
 from .notifier import CommitSignal
 from .service import ChatService, ServiceConfig
 from .static import web_page_dir
@@ -31,6 +39,36 @@ class LocalKit:
     store: SqliteCheckpointStore
     log: FileChunkLog
     health: StorageHealth
+
+
+DEFAULT_DATA_DIR = "/tmp/durable-harness"
+"""Where the chat function's app keeps its data without ``DATA_DIR`` (``durable-harness serve``: ``.data``)."""
+
+
+def local_kit(settings: Settings, *, data_dir: str | None = None, **agent_kwargs: Any) -> LocalKit:
+    """The local kit of ``settings``: its ``AGENT`` (built with ``agent_kwargs``) over embedded
+    storage in ``data_dir`` (default ``DATA_DIR``, else :data:`DEFAULT_DATA_DIR`), slices of
+    ``SLICE_SECONDS``, the ``AUTH_MODE`` authentication (default none), the chat page unless
+    ``SERVE_WEB_PAGE=0``, event URLs under ``PUBLIC_URL``. The approval secret is read now: one
+    under 32 bytes stops the start, not an approval."""
+
+    agent = load_agent(settings.agent, **agent_kwargs)
+    try:
+        authenticator = authenticator_from_env(settings.environ, default_mode="none", local=True)
+    except ValueError as exc:  # an AUTH_* setting: named in the message
+        raise SettingsError(f"authentication: {exc}") from None
+    kit = build_local_kit(
+        agent,
+        data_dir or settings.data_dir or DEFAULT_DATA_DIR,
+        slice_seconds=settings.slice_seconds,
+        authenticator=authenticator,
+        static_dir=web_page_dir(settings.environ),
+        agent_id=settings.agent,
+    )
+    kit.runner.public_url = kit.runner.public_url or settings.public_url
+    kit.runner.approval_secret.pin(settings.environ)
+    kit.runner.approval_secret.check()
+    return kit
 
 
 def build_local_kit(

@@ -14,6 +14,12 @@ attempt has an overall deadline (``attempt_timeout``; past it, ``ReadTimeoutErro
 a stalled read), and a response body may be only so large (``ResponseStreamingError`` past the
 operation's limit, ``_body_limits``, far above what AWS sends for it), so that an endpoint sending
 a body for ever, or a byte at a time, ends an attempt instead of the function's memory or time.
+
+Like botocore, every request says who sends it (``User-Agent``: :data:`USER_AGENT`) and, in a
+Lambda function whose invocation is traced, carries the invocation's trace header on
+(``X-Amzn-Trace-Id`` from ``_X_AMZN_TRACE_ID``, read at each request as botocore's
+``add_recursion_detection_header`` does: it changes with every invocation), so that X-Ray links the
+calls to the invocation and a service can tell a call made by the function it invokes.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -29,13 +36,14 @@ from urllib.parse import quote
 
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
+from ... import __version__
 from . import _transport
 from ._sigv4 import sign
 from ._transport import Credentials, Response
 
 __all__ = [
     "ATTEMPT_TIMEOUT", "CONNECT_TIMEOUT", "MAX_ATTEMPTS", "MAX_BODY", "READ_TIMEOUT", "THROTTLING_CODES",
-    "TRANSIENT_CODES", "LiteClient", "Response", "backoff",
+    "TRANSIENT_CODES", "USER_AGENT", "LiteClient", "Response", "backoff",
 ]  # fmt: skip
 
 THROTTLING_CODES = frozenset(
@@ -70,6 +78,25 @@ MAX_BODY = 16 * 1024 * 1024
 """The largest response body of an operation without a limit of its own (``_body_limits``): 16 MiB,
 40 times DynamoDB's 400 KB item and 16 times a Query's 1 MB page; Step Functions' and EventBridge's
 responses are smaller still (an execution's input and output are 256 KiB each)."""
+
+def _user_agent() -> str:
+    """botocore's ``User-Agent`` fields (``ua/2.1 os/... lang/python#... md/pyimpl#...``) after this
+    client's name and version, with ``exec-env/`` as Lambda sets it (``AWS_EXECUTION_ENV``).
+    (``os.uname`` and ``sys``: botocore's values without importing ``platform``.)"""
+    system = os.uname()
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    implementation = {"cpython": "CPython", "pypy": "PyPy"}.get(sys.implementation.name, sys.implementation.name)
+    fields = [
+        f"durable-harness-lite/{__version__}", "ua/2.1", f"os/{system.sysname.lower()}#{system.release}",
+        f"md/arch#{system.machine.lower()}", f"lang/python#{python}", f"md/pyimpl#{implementation}",
+    ]  # fmt: skip
+    if os.environ.get("AWS_EXECUTION_ENV"):
+        fields.append(f"exec-env/{os.environ['AWS_EXECUTION_ENV']}")
+    return " ".join(fields).replace("\n", " ")
+
+
+USER_AGENT = _user_agent()
+"""What every lite request sends as its ``User-Agent`` (made once: nothing in it changes)."""
 
 _TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
 _MAX_BACKOFF = 20.0
@@ -158,6 +185,10 @@ class LiteClient:
         while True:
             attempt += 1
             sent = dict(headers or ())
+            sent["user-agent"] = USER_AGENT  # lower-case, as the other headers here
+            trace = os.environ.get("_X_AMZN_TRACE_ID") if "AWS_LAMBDA_FUNCTION_NAME" in os.environ else None
+            if trace:  # as botocore quotes it (botocore.handlers.add_recursion_detection_header)
+                sent["x-amzn-trace-id"] = quote(trace, safe="-=;:+&[]{}\"',")
             sent.update(
                 sign(method, url, sent, body, credentials=self._credentials, region=self.region,
                      service=self._signing_name, now=datetime.now(UTC), s3=self._s3_signing)
