@@ -295,7 +295,9 @@ class DynamoCheckpointStore:
         (version + 1): one transaction, or one UpdateItem when no record is needed."""
         run_id = checkpoint.run_id
         known = self._known_at(run_id, expected_version)
-        plan, folded = plan_save(known.folded, checkpoint.state, seq=known.seq, base_bytes=known.base_bytes)
+        plan, folded = plan_save(
+            known.folded, checkpoint.state, seq=known.seq, base_bytes=known.base_bytes, value=checkpoint.value
+        )
         values: dict[str, Any] = {":status": {"S": checkpoint.status}, ":meta": meta_attr(checkpoint.meta)}
         sets = ["#version = #version + :one", "#status = :status", "#meta = :meta", "#updated_at = :u"]
         removes: list[str] = []

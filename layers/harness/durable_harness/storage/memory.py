@@ -127,7 +127,11 @@ class MemoryCheckpointStore:
                 )
             base_bytes = len(run.base.encode("utf-8", "surrogatepass")) if run.base is not None else 0
             plan, folded = plan_save(
-                Folded(current.state, run.value), checkpoint.state, seq=len(run.records), base_bytes=base_bytes
+                Folded(current.state, run.value),
+                checkpoint.state,
+                seq=len(run.records),
+                base_bytes=base_bytes,
+                value=checkpoint.value,
             )
             if plan.inline is not None:
                 run.base = plan.inline

@@ -225,7 +225,7 @@ class SqliteCheckpointStore(TimerTable):
             base, seq = row[6], int(row[8])
             current = self._cached(run_id, expected_version) or self._fold(conn, run_id, base, seq)
             base_bytes = len(base.encode("utf-8", "surrogatepass")) if seq == 0 or base else 0
-            plan, folded = plan_save(current, checkpoint.state, seq=seq, base_bytes=base_bytes)
+            plan, folded = plan_save(current, checkpoint.state, seq=seq, base_bytes=base_bytes, value=checkpoint.value)
             if plan.record is not None:
                 seq += 1
                 self._insert_record(conn, run_id, seq, plan.record)
