@@ -28,7 +28,7 @@ from ..messages import (
 from ..models.base import LanguageModel, ModelRequest
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolInputErrorChunk
-from ..storage.records import leading, seal
+from ..sealed import leading, seal
 from .control import RepairToolCall
 from .execution import result_events
 from .state import LoopTurnState, StepCall, StepOutcome

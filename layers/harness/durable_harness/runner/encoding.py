@@ -21,7 +21,8 @@ from pydantic import BaseModel
 
 from ..ports import Checkpoint
 from ..protocol.translate import ToolCallInfo, TranslatorState
-from ..storage.records import SealedDict, SealedList, dumps, encode_into, leading, seal
+from ..sealed import SealedDict, SealedList, dumps, leading, seal
+from ..storage.records import encode_into
 from .state import RunState, checkpoint_of
 
 __all__ = ["StateEncoder"]

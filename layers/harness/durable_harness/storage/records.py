@@ -43,6 +43,7 @@ from itertools import islice, repeat
 from typing import Any, Literal
 
 from ..errors import CorruptCheckpointError
+from ..sealed import SealedDict, SealedList, dumps, leading, seal
 
 __all__ = [
     "INLINE_BYTES",
@@ -100,38 +101,8 @@ class Plan:
     """The head's base is superseded by a ``full`` record: remove it."""
 
 
-def dumps(value: Any) -> str:
-    """Compact JSON, as pydantic writes it (no spaces, non-ASCII kept)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-class SealedDict(dict[str, Any]):
-    """A JSON object whose compact text is ``text``; it is never changed once made (see :func:`seal`)."""
-
-    __slots__ = ("text",)
-    text: str
-
-
-class SealedList(list[Any]):
-    """A JSON array whose compact text is ``text``; it is never changed once made (see :func:`seal`)."""
-
-    __slots__ = ("text",)
-    text: str
-
-
 _SEALED = (SealedDict, SealedList)
 _TEXT = operator.attrgetter("text")
-
-
-def seal(value: dict[str, Any] | list[Any], text: str | None = None) -> SealedDict | SealedList:
-    """``value`` (a JSON object or array) sealed with its compact text (``text`` if known).
-
-    The sealed copy is shallow: the caller hands ``value``'s contents over and changes none of them
-    again, as every state that holds the part shares it (a store keeps the last one).
-    """
-    sealed: SealedDict | SealedList = SealedDict(value) if isinstance(value, dict) else SealedList(value)
-    sealed.text = dumps(value) if text is None else text
-    return sealed
 
 
 def encode(value: Any, depth: int = 2) -> tuple[str, Any]:
@@ -201,15 +172,6 @@ def _same_json(a: Any, b: Any) -> bool:
     if kind is dict and _kind(b) is dict:
         return all(a[key] is value or _same_json(a[key], value) for key, value in b.items())
     return dumps(a) == dumps(b)
-
-
-def leading(flags: Iterable[bool]) -> int:
-    """How many of ``flags`` are true before the first false one (counted in C, not in a Python loop)."""
-    found = list(flags)
-    try:
-        return found.index(False)
-    except ValueError:
-        return len(found)
 
 
 def diff(old: Any, new: Any) -> list[Any]:
