@@ -332,7 +332,9 @@ class DynamoCheckpointStore:
         except (FencedError, RunNotFoundError):
             self._objects.delete(body_key)  # ours, and never referenced: the write did not happen
             raise
-        saved = replace(checkpoint, version=expected_version + 1, epoch=known.record.epoch, meta=dict(checkpoint.meta))
+        saved = replace(  # not the writer's value: a record saved again with another state must not carry it
+            checkpoint, version=expected_version + 1, epoch=known.record.epoch, meta=dict(checkpoint.meta), value=None
+        )
         self._remember(_Known(saved, seq, base_bytes, known.inc, folded))
         return self._copy(saved)
 

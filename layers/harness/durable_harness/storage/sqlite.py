@@ -248,7 +248,10 @@ class SqliteCheckpointStore(TimerTable):
                 ),
             )
             self._remember(run_id, expected_version + 1, folded)
-            return replace(checkpoint, version=expected_version + 1, epoch=int(row[2]), meta=dict(checkpoint.meta))
+            # Not the writer's value: a record saved again with another ``state`` must not carry it.
+            return replace(
+                checkpoint, version=expected_version + 1, epoch=int(row[2]), meta=dict(checkpoint.meta), value=None
+            )
 
     # --- run leases (local orchestrator) -----------------------------------------------------------
 
