@@ -16,7 +16,7 @@ kept as a second row. Each turn is a tool loop: every step streams text deltas a
 2. **CPU per step as history grows**: one long durable turn on the local kit (one delta per step,
    as fast as the model answers) with the process's CPU time taken at each model call; step
    1,000 against step 100 (means of the 10 steps around each), apart from encoding the model
-   request (``request_body`` + JSON, timed separately). The run is bounded by ``--long-seconds``:
+   request (``request_content``: the body and its JSON, timed separately). The run is bounded by ``--long-seconds``:
    if it does not reach step 1,000 the ratio at the last step reached is given and the target
    is MISSED (not reached).
 
@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import inspect
 import itertools
-import json
 import tempfile
 import time
 from collections import Counter
@@ -67,13 +66,12 @@ class TimedModel(OpenAIChatModel):
         self.calls: list[float] = []  # process_time() as each model call starts
         self.encoding: list[float] = []  # CPU seconds to encode each request (body + JSON)
 
-    def request_body(self, request: Any) -> dict[str, Any]:
-        """Encode as the client does, timing it (the JSON text httpx makes from the body included)."""
+    def request_content(self, request: Any) -> bytes:
+        """Encode as the client does (the body and its JSON, sent as it is), timing it."""
         began = time.process_time()
-        body = super().request_body(request)
-        json.dumps(body)
+        content = super().request_content(request)
         self.encoding.append(time.process_time() - began)
-        return body
+        return content
 
     async def stream(self, request: Any) -> Any:
         """Note the CPU clock, then stream as the client does."""

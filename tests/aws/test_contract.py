@@ -9,6 +9,7 @@ from __future__ import annotations
 from tests.storage.test_storage_contract import (
     test_a_turn_starts_from_the_last_checkpoint_of_its_chats_previous_run,
     test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks,
+    test_a_writers_value_is_used_for_its_save_only_and_never_handed_back,
     test_adapters_satisfy_the_protocols,
     test_append_and_read_at_any_start,
     test_append_at_wrong_start_raises_conflict_and_writes_nothing,
@@ -36,6 +37,7 @@ from tests.storage.test_storage_contract import (
 __all__ = [
     "test_a_turn_starts_from_the_last_checkpoint_of_its_chats_previous_run",
     "test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks",
+    "test_a_writers_value_is_used_for_its_save_only_and_never_handed_back",
     "test_adapters_satisfy_the_protocols",
     "test_append_and_read_at_any_start",
     "test_append_at_wrong_start_raises_conflict_and_writes_nothing",

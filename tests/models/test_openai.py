@@ -689,3 +689,14 @@ async def test_without_a_client_one_client_per_event_loop_is_made_and_closed() -
     await model.aclose()
     assert first.is_closed and model._clients.get() is not first
     await model.aclose()
+
+
+async def test_the_body_is_encoded_once_and_sent_as_httpx_would_send_it() -> None:
+    handler, seen = recorded(TEXT_STREAM)
+    model = model_for(handler, model="gpt-4o")
+    request = full_request()
+    await collect(model, request)
+    (sent,) = seen
+    content = model.request_content(request)
+    assert sent.content == content == httpx.Request("POST", "https://x", json=model.request_body(request)).content
+    assert sent.headers["content-length"] == str(len(content))

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from durable_harness.errors import CorruptCheckpointError
-from durable_harness.storage.records import OPAQUE, Folded, diff, dumps, fold, parse, patch, plan_save
+from durable_harness.storage import records
+from durable_harness.storage.records import OPAQUE, Folded, diff, dumps, encode, fold, parse, patch, plan_save, seal
 
 
 def roundtrip(old: Any, new: Any) -> Any:
@@ -133,3 +134,73 @@ def test_what_a_save_writes() -> None:
     text = "not json " * 100
     plan, folded = plan_save(Folded(big, parse(big)), text, seq=3, base_bytes=0)
     assert plan.record == ("full", text) and folded.value is OPAQUE
+
+
+# --- sealed history (issue 20): a writer's value diffed by identity, no whole-history work -------
+
+
+def sealed_history(n: int) -> list[Any]:
+    """``n`` sealed messages, as the loop's dump makes them."""
+    return [seal({"role": "user", "content": [{"type": "text", "text": f"m{i}" * 50}]}) for i in range(n)]
+
+
+def test_encode_writes_sealed_parts_as_their_text_and_copies_the_rest() -> None:
+    history = sealed_history(3)
+    runtime = {"notes": [1, 2.5, True, None, "é"]}
+    value = {"turn": {"messages": history, "ctx": runtime, "step": 3}, "n": 1}
+    text, copy = encode(value)
+    assert text == dumps(value) and json.loads(text) == copy
+    assert all(a is b for a, b in zip(copy["turn"]["messages"], history, strict=True))  # shared, not copied
+    assert copy["turn"]["ctx"] is not runtime and copy["turn"]["ctx"] == runtime  # the caller's own: copied
+    runtime["notes"].append("later")  # the caller goes on changing its own value
+    assert copy["turn"]["ctx"]["notes"] == [1, 2.5, True, None, "é"]
+
+
+def test_a_sealed_history_that_grew_costs_a_delta_of_what_was_added_without_serializing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    history = sealed_history(200)
+    old = {"messages": history, "step": 1}
+    added = seal({"role": "assistant", "content": [{"type": "text", "text": "hi"}]})
+    new = {"messages": [*history, added], "step": 2}
+    serialized: list[int] = []
+    real = records.dumps
+    monkeypatch.setattr(records, "dumps", lambda v: serialized.append(len(real(v))) or real(v))
+    ops = diff(old, new)
+    assert ops == [["t", ["messages"], 200, [added]], ["s", ["step"], 2]]
+    assert sum(serialized) < 100  # the shared history was passed over, not serialized to compare it
+    monkeypatch.undo()
+    assert roundtrip(old, new) == new
+
+
+def test_a_sealed_prefix_then_equal_looking_elements_of_another_json_type_keep_their_type() -> None:
+    history = sealed_history(5)
+    old = {"messages": [*history, {"n": 1}, {"flag": True}]}
+    new = {"messages": [*history, {"n": 1.0}, {"flag": 1}, {"text": "added"}]}
+    assert dumps(roundtrip(old, new)) == dumps(new)
+    assert dumps(roundtrip({"h": [*history, [1]]}, {"h": [*history, [1.0]]})) == dumps({"h": [*history, [1.0]]})
+
+
+def test_a_map_that_grew_skips_its_same_entries_and_sees_a_changed_or_removed_one() -> None:
+    calls = {f"call_{i}": seal({"tool": "lookup", "input": {"q": i}}) for i in range(50)}
+    grown = {**calls, "call_new": seal({"tool": "lookup", "input": {"q": "new"}})}
+    assert diff({"calls": calls}, {"calls": grown}) == [["s", ["calls", "call_new"], grown["call_new"]]]
+    changed = {**calls, "call_3": {"tool": "lookup", "input": {"q": 3.0}}}
+    del changed["call_7"]
+    assert dumps(roundtrip({"calls": calls}, {"calls": changed})) == dumps({"calls": changed})
+
+
+def test_a_save_with_the_writers_value_writes_what_a_save_of_the_text_alone_writes() -> None:
+    history = sealed_history(30)
+    old_text, old_value = encode({"messages": history, "step": 1})
+    for new in (
+        {"messages": [*history, seal({"role": "assistant"})], "step": 2},  # grew
+        {"messages": history[:3], "step": 2},  # cut back
+        {"other": "y" * 2_000},  # replaced
+        {"messages": history, "step": 1},  # the same
+    ):
+        text, value = encode(new)
+        with_value = plan_save(Folded(old_text, old_value), text, seq=2, base_bytes=0, value=value)
+        from_text = plan_save(Folded(old_text, parse(old_text)), text, seq=2, base_bytes=0)
+        assert with_value[0] == from_text[0]
+        assert with_value[1].text == text and with_value[1].value == json.loads(text)

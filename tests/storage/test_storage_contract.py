@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -354,3 +355,14 @@ def test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks(
     saved = store.save(record(state='{"by":"B"}'), b.version)
     assert (saved.state, saved.epoch) == ('{"by":"B"}', 2)
     assert log.read("run-1", 0) == ["a0", "a1", "b0"]
+
+
+def test_a_writers_value_is_used_for_its_save_only_and_never_handed_back(store: CheckpointStore) -> None:
+    big = {"history": ["x" * 100] * 20, "step": 1}
+    cp = store.claim("run-1", store.create(record()).version)
+    saved = store.save(record(state=json.dumps(big, separators=(",", ":")), value=big, version=cp.version), cp.version)
+    assert saved.value is None and store.load("run-1").value is None
+    # A record handed out, saved again with another state: the store diffs that state, not a stale value.
+    grown = {"history": ["x" * 100] * 21, "step": 2}
+    again = store.save(replace(saved, state=json.dumps(grown, separators=(",", ":"))), saved.version)
+    assert json.loads(store.load("run-1").state) == grown and again.value is None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,9 @@ class Checkpoint:
     """One stored run record: the serialized run state plus its fencing counters.
 
     ``state`` is the JSON text of the run state; stores treat it as opaque. ``status``,
-    ``principal`` and ``chat_id`` are copied out of it so that stores can index them.
+    ``principal`` and ``chat_id`` are copied out of it so that stores can index them. ``value``,
+    when the writer has it, is the JSON value of ``state`` (which the writer never changes again):
+    a store's save diffs it instead of parsing ``state`` (:mod:`durable_harness.storage.records`).
     """
 
     run_id: str
@@ -35,6 +37,7 @@ class Checkpoint:
     principal: str | None = None
     chat_id: str | None = None
     meta: dict[str, str] = field(default_factory=dict)
+    value: Any = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable

@@ -5,17 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 from collections.abc import Mapping
+from itertools import repeat
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import AgentConfigError, ToolError
 from ..harness.interface import HarnessEvent as AgentEvent
-from ..messages import AssistantMessage, ReasoningPart, TextPart, ToolApprovalRequestPart, ToolCallPart
-from ..models.base import LanguageModel
+from ..messages import (
+    AssistantMessage,
+    ModelMessage,
+    ReasoningPart,
+    SystemMessage,
+    TextPart,
+    ToolApprovalRequestPart,
+    ToolCallPart,
+    ToolMessage,
+    UserMessage,
+)
+from ..models.base import LanguageModel, ModelRequest
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolInputErrorChunk
+from ..sealed import leading, seal
 from ..tools import Tool
 from .control import RepairToolCall
 from .execution import result_events
@@ -161,19 +174,36 @@ step's assistant message, the tool message of an approval step); older ones are 
 def dump_state(state: LoopTurnState) -> dict[str, Any]:
     """The turn state as the JSON-ready dict a boundary carries.
 
-    Incremental: the JSON of a message older than the last :data:`RECENT_MESSAGES` is reused from
-    the previous dump while it is the same message object at the same place, so a checkpoint does
-    not serialize the whole history again (equal to ``state.model_dump(mode="json", by_alias=True)``).
+    Incremental: the JSON of a message older than the last :data:`RECENT_MESSAGES` (and of a step
+    summary but the last) is reused from the previous dump while it is the same object at the same
+    place, sealed (:func:`~durable_harness.storage.records.seal`), so neither this dump nor the
+    checkpoint made of it serializes the whole history again (equal to
+    ``state.model_dump(mode="json", by_alias=True)``).
     """
-    messages, cached = state.messages, state._dumped
-    keep = 0
-    limit = min(len(cached), len(messages) - RECENT_MESSAGES)
-    while keep < limit and cached[keep][0] is messages[keep]:
-        keep += 1
-    fresh = [(m, m.model_dump(mode="json", by_alias=True)) for m in messages[keep:]]
-    state._dumped = cached = cached[:keep] + fresh
-    rest = state.model_dump(mode="json", by_alias=True, exclude={"messages"})
-    return {"messages": [dumped for _, dumped in cached], **rest}
+    state._dumped = _reuse(state.messages, state._dumped, RECENT_MESSAGES)
+    state._dumped_steps = _reuse(state.steps, state._dumped_steps, 1)
+    rest = state.model_dump(mode="json", by_alias=True, exclude={"messages", "steps"})
+    second = operator.itemgetter(1)
+    dumped = {"messages": list(map(second, state._dumped)), **rest, "steps": list(map(second, state._dumped_steps))}
+    return {name: dumped[name] for name in type(state).model_fields}  # the fields' order, as model_dump
+
+
+def _reuse(items: list[Any], cached: list[tuple[Any, Any]], recent: int) -> list[tuple[Any, Any]]:
+    """``(item, sealed JSON)`` for ``items``: ``cached``'s while the same object, but for the last ``recent``."""
+    keep = min(leading(map(operator.is_, map(operator.itemgetter(0), cached), items)), max(0, len(items) - recent))
+    return cached[:keep] + [(item, seal(item.model_dump(mode="json", by_alias=True))) for item in items[keep:]]
+
+
+_MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
+
+
+def request_messages(messages: list[Any]) -> list[ModelMessage]:
+    """``messages`` for a model request: as they are when each is a message model already (the
+    turn's own were validated as they were made: validating a history again at every step made a
+    step cost more the longer the run), else validated (``prepare_step`` may send its own)."""
+    if all(map(isinstance, messages, repeat(_MESSAGE_TYPES))):
+        return messages
+    return ModelRequest(messages=messages).messages
 
 
 def is_empty_part(part: Any) -> bool:

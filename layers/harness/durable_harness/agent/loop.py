@@ -47,6 +47,7 @@ from .calls import (
     maybe_await,
     ordered_outcomes,
     replay_events,
+    request_messages,
     resolve_model_spec,
     usage_of,
     validate_call,
@@ -340,12 +341,13 @@ class ToolLoopAgent:
         active = options.active_tools
         request = ModelRequest(
             instructions=options.instructions,
-            messages=options.messages,
+            messages=[],  # set below, not validated again when they are message models already
             tools=[t.definition() for t in self.tools.values() if active is None or t.name in active],
             tool_choice=options.tool_choice,
             response_format=self.output.response_format() if self.output else None,
             settings=options.settings,
         )
+        request.messages = request_messages(options.messages)
         await self._callback("step_start", state.step, options)
         result = StepResult()
         validate = lambda part: validate_call(part, self.tools, self.repair_tool_call)  # noqa: E731

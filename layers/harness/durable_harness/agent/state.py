@@ -99,6 +99,8 @@ class LoopTurnState(BaseModel):
     message object: a message that is not the last ones is never changed again, so its JSON is
     made once (a checkpoint's cost does not grow with the history)."""
 
+    _dumped_steps: list[tuple[StepSummary, dict[str, Any]]] = PrivateAttr(default_factory=list)
+    """The JSON of ``steps`` at the last dump, by step summary (as ``_dumped``)."""
     _events: Any = PrivateAttr(default=None)
     """The run's events (``RunEvents``) for this slice; None outside a durable run."""
     _turn_ends: bool | None = PrivateAttr(default=None)

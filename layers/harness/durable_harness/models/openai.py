@@ -157,9 +157,15 @@ class OpenAIChatModel:
         merge_provider_settings(body, settings.get("openai"))
         return body
 
+    def request_content(self, request: ModelRequest) -> bytes:
+        """The request's body as sent: :meth:`request_body` in compact UTF-8 JSON (as httpx writes
+        ``json=``), encoded once here so that what a step spends encoding its request is one call."""
+        body = json.dumps(self.request_body(request), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return body.encode("utf-8")
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamPart]:
         """Call the model once and yield its parts."""
-        body = self.request_body(request)
+        content = self.request_content(request)
         warnings = unsupported_settings(request.settings, STANDARD_SETTINGS - {"top_k"})
         api_key = await self._api_key.aget()
         if not api_key and self.base_url == DEFAULT_BASE_URL:
@@ -171,7 +177,7 @@ class OpenAIChatModel:
         secrets = (api_key,)
         try:
             async with client.stream(
-                "POST", f"{self.base_url}/chat/completions", json=body, headers=headers
+                "POST", f"{self.base_url}/chat/completions", content=content, headers=headers
             ) as response:
                 if response.status_code >= 400:
                     raise http_error("OpenAI", response, await response.aread(), secrets)

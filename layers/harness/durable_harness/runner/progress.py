@@ -20,7 +20,8 @@ from ..errors import FencedError
 from ..ports import Checkpoint, CheckpointStore
 from ..protocol.translate import StreamTranslator
 from ..storage.writer import ChunkWriter
-from .state import RunState, StreamContext, checkpoint_of
+from .encoding import StateEncoder
+from .state import RunState, StreamContext
 
 __all__ = ["SliceProgress"]
 
@@ -45,6 +46,7 @@ class SliceProgress:
         self.translator = translator
         self.writer = writer
         self.grace = grace
+        self._encoder = StateEncoder()  # a checkpoint costs what changed since the last one
         self._held: asyncio.Task[None] | None = None
         self._writing = False  # the held checkpoint's timer fired: its write may be under way
 
@@ -80,7 +82,7 @@ class SliceProgress:
     async def commit(self) -> None:
         """Write ``state`` as it stands (the runner set it up: a terminal state)."""
         await self.settle()
-        await self._write(checkpoint_of(self.state, self.cp))
+        await self._write(self._encoder.checkpoint(self.state, self.cp))
 
     async def settle(self) -> None:
         """Drop the held checkpoint, or, if its write has begun, wait for it (raising its error)."""
@@ -111,7 +113,7 @@ class SliceProgress:
 
     def _snapshot(self, turn: Any) -> Checkpoint:
         self._prepare(turn)
-        return checkpoint_of(self.state, self.cp)
+        return self._encoder.checkpoint(self.state, self.cp)
 
     async def _write_later(self, record: Checkpoint) -> None:
         assert self.grace is not None

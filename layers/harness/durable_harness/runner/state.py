@@ -142,11 +142,16 @@ class RunState(BaseModel):
         return self.status in TERMINAL_STATUSES
 
 
-def checkpoint_of(state: RunState, previous: Checkpoint | None = None) -> Checkpoint:
-    """The store record of ``state`` (keeping the fencing counters of ``previous``)."""
+def checkpoint_of(
+    state: RunState, previous: Checkpoint | None = None, *, text: str | None = None, value: Any = None
+) -> Checkpoint:
+    """The store record of ``state`` (keeping the fencing counters of ``previous``); ``text`` and
+    ``value``: its JSON and JSON value, when the caller has them
+    (:class:`~durable_harness.runner.encoding.StateEncoder`)."""
     return Checkpoint(
         run_id=state.run_id,
-        state=state.model_dump_json(by_alias=True),
+        state=state.model_dump_json(by_alias=True) if text is None else text,
+        value=value,
         status=state.status,
         version=previous.version if previous else 0,
         epoch=previous.epoch if previous else 0,

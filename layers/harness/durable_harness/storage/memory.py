@@ -44,10 +44,12 @@ def check_read_args(start: int, limit: int | None) -> None:
 
 def _copy(checkpoint: Checkpoint, *, version: int | None = None, epoch: int | None = None) -> Checkpoint:
     # meta is a mutable dict inside a frozen dataclass; copying it keeps callers from editing the
-    # stored record through a reference they were handed.
+    # stored record through a reference they were handed. The writer's value is not kept: a record
+    # handed out and then saved with another ``state`` must not carry the old one's value.
     return replace(
         checkpoint,
         meta=dict(checkpoint.meta),
+        value=None,
         version=checkpoint.version if version is None else version,
         epoch=checkpoint.epoch if epoch is None else epoch,
     )
@@ -127,7 +129,11 @@ class MemoryCheckpointStore:
                 )
             base_bytes = len(run.base.encode("utf-8", "surrogatepass")) if run.base is not None else 0
             plan, folded = plan_save(
-                Folded(current.state, run.value), checkpoint.state, seq=len(run.records), base_bytes=base_bytes
+                Folded(current.state, run.value),
+                checkpoint.state,
+                seq=len(run.records),
+                base_bytes=base_bytes,
+                value=checkpoint.value,
             )
             if plan.inline is not None:
                 run.base = plan.inline

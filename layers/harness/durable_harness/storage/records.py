@@ -20,6 +20,13 @@ Lists compare element by element, so history that only grows (messages, steps) c
 size of what was added, not of the history: no write grows with the length of the run. A state
 that is not a JSON object or array, or whose delta would not be smaller, is written ``full``.
 
+A writer that knows the JSON value of the state it saves hands it over with the text
+(``Checkpoint.value``), so the store diffs it without parsing the text. Its unchanged history can
+be made of **sealed** parts (:func:`seal`: a JSON object or array whose compact text is known and
+which nobody changes again): :func:`encode` writes their text as it is, and :func:`diff` passes over
+a part that is the same object in both states without looking inside. A step's checkpoint then
+costs what the step added, not what the history holds (issue 20).
+
 The state text a store returns is the text as saved when the state is a base or a ``full``
 record, and otherwise the compact JSON of the value (``json.dumps(..., separators=(",", ":"),
 ensure_ascii=False)``): equal in value to what was saved, and byte for byte the same for compact
@@ -29,23 +36,32 @@ JSON such as pydantic's ``model_dump_json()``.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice, repeat
 from typing import Any, Literal
 
 from ..errors import CorruptCheckpointError
+from ..sealed import SealedDict, SealedList, dumps, leading, seal
 
 __all__ = [
     "INLINE_BYTES",
     "Folded",
     "Plan",
+    "SealedDict",
+    "SealedList",
     "diff",
     "dumps",
+    "encode",
+    "encode_into",
     "fold",
+    "leading",
     "parse",
     "patch",
     "plan_create",
     "plan_save",
+    "seal",
 ]
 
 INLINE_BYTES = 512
@@ -85,9 +101,51 @@ class Plan:
     """The head's base is superseded by a ``full`` record: remove it."""
 
 
-def dumps(value: Any) -> str:
-    """Compact JSON, as pydantic writes it (no spaces, non-ASCII kept)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+_SEALED = (SealedDict, SealedList)
+_TEXT = operator.attrgetter("text")
+
+
+def encode(value: Any, depth: int = 2) -> tuple[str, Any]:
+    """The compact JSON text of ``value`` and a value equal to it that shares only sealed parts.
+
+    The rest is a copy, so a store may keep the value while the caller goes on changing its own.
+    Sealed parts are written as their text: objects are looked into down to ``depth`` levels, and an
+    array whose last element is sealed (a history) element by element; anything else is serialized
+    and parsed back as one piece, in C.
+    """
+    out: list[str] = []
+    copy = encode_into(value, out, depth)
+    return "".join(out), copy
+
+
+def encode_into(value: Any, out: list[str], depth: int = 2) -> Any:
+    """:func:`encode`, the text appended to ``out`` in pieces (joined once by the caller)."""
+    if isinstance(value, _SEALED):
+        out.append(value.text)
+        return value
+    if type(value) is dict and depth > 0:
+        copy = {}
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            out.append(f",{dumps(key)}:" if i else f"{dumps(key)}:")
+            copy[key] = encode_into(item, out, depth - 1)
+        out.append("}")
+        return copy
+    if type(value) is list and value and isinstance(value[-1], _SEALED):
+        if all(map(isinstance, value, repeat(_SEALED))):  # all sealed: joined without a Python loop
+            out.extend(("[", ",".join(map(_TEXT, value)), "]"))
+            return list(value)
+        items = []
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            items.append(encode_into(item, out, depth - 1))
+        out.append("]")
+        return items
+    text = dumps(value)
+    out.append(text)
+    return json.loads(text) if isinstance(value, dict | list) else value
 
 
 def parse(text: str) -> Any:
@@ -101,7 +159,19 @@ def parse(text: str) -> Any:
 
 def _same(a: Any, b: Any) -> bool:
     # ``==`` is fast but treats 1, 1.0 and true as equal; the serialized texts tell them apart.
-    return a is b or (a == b and dumps(a) == dumps(b))
+    return a is b or (a == b and _same_json(a, b))
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """For ``a == b``: whether their JSON is the same too. Parts that are the same objects (sealed
+    history) are not serialized: lists from their first differing object on, objects key by key."""
+    kind = _kind(a)
+    if kind is list and _kind(b) is list:
+        i = leading(map(operator.is_, a, b))
+        return i == len(a) or dumps(a[i:]) == dumps(b[i:])
+    if kind is dict and _kind(b) is dict:
+        return all(a[key] is value or _same_json(a[key], value) for key, value in b.items())
+    return dumps(a) == dumps(b)
 
 
 def diff(old: Any, new: Any) -> list[Any]:
@@ -111,23 +181,34 @@ def diff(old: Any, new: Any) -> list[Any]:
     return ops
 
 
+def _kind(value: Any) -> type | None:
+    """``dict`` or ``list`` for a JSON object or array (sealed or not), else None."""
+    kind = type(value)
+    return dict if kind is dict or kind is SealedDict else list if kind is list or kind is SealedList else None
+
+
 def _diff(old: Any, new: Any, path: list[Any], ops: list[Any]) -> None:
-    if type(old) is dict and type(new) is dict:
-        for key in old:
+    if old is new:
+        return
+    kind = _kind(old)
+    if kind is dict and _kind(new) is dict:
+        # Leading entries with the same keys and the same value objects (a map that grew) are skipped.
+        same = min(leading(map(operator.eq, old, new)), leading(map(operator.is_, old.values(), new.values())))
+        for key in islice(old, same, None):
             if key not in new:
                 ops.append(["d", [*path, key]])
-        for key, value in new.items():
+        for key, value in islice(new.items(), same, None):
             if key not in old:
                 ops.append(["s", [*path, key], value])
             elif not _same(old[key], value):
                 _diff(old[key], value, [*path, key], ops)
         return
-    if type(old) is list and type(new) is list:
+    if kind is list and _kind(new) is list:
         p = _shared_prefix(old, new)
         if p == len(old) == len(new):
             return
         # The last element changed in place (a message that grew): patch it, then append the rest.
-        if p == len(old) - 1 and p < len(new) and type(old[p]) is type(new[p]) and type(old[p]) in (dict, list):
+        if p == len(old) - 1 and p < len(new) and _kind(old[p]) is not None and _kind(old[p]) is _kind(new[p]):
             _diff(old[p], new[p], [*path, p], ops)
             p += 1
             if p == len(new):
@@ -141,17 +222,19 @@ def _diff(old: Any, new: Any, path: list[Any], ops: list[Any]) -> None:
 def _shared_prefix(old: list[Any], new: list[Any]) -> int:
     """How many leading elements ``old`` and ``new`` have the same (as :func:`_same` tells).
 
-    The elements are compared with ``==`` and the prefix found is then checked as one text each
-    way: two C-level serializations per list instead of two per element (a history of a thousand
-    messages is one list). Only when ``==`` was fooled (1, 1.0, true) is it walked element by element.
+    The leading elements that are the same objects (a sealed history) are the same. After them, the
+    elements are compared with ``==`` and the prefix found is then checked as one text each way: two
+    C-level serializations per list instead of two per element (a history of a thousand messages is
+    one list). Only when ``==`` was fooled (1, 1.0, true) is it walked element by element.
     """
     shared = min(len(old), len(new))
-    p = 0
-    while p < shared and (old[p] is new[p] or old[p] == new[p]):
+    same = leading(map(operator.is_, old, new))
+    p = same
+    while p < shared and old[p] == new[p]:
         p += 1
-    if p == 0 or dumps(old[:p]) == dumps(new[:p]):
+    if p == same or dumps(old[same:p]) == dumps(new[same:p]):
         return p
-    q = 0
+    q = same
     while q < p and _same(old[q], new[q]):
         q += 1
     return q
@@ -225,7 +308,7 @@ def _ops(body: str) -> list[Any]:
 
 
 def _size(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def plan_create(text: str) -> Plan:
@@ -235,13 +318,15 @@ def plan_create(text: str) -> Plan:
     return Plan(record=("full", text))
 
 
-def plan_save(current: Folded, new_text: str, *, seq: int, base_bytes: int) -> tuple[Plan, Folded]:
+def plan_save(current: Folded, new_text: str, *, seq: int, base_bytes: int, value: Any = None) -> tuple[Plan, Folded]:
     """What saving ``new_text`` over the ``current`` state writes, and the state it leaves.
 
     ``seq`` is the head's record count, ``base_bytes`` the size of its inline base (0 for none):
-    a ``full`` record supersedes the base, which the head then drops.
+    a ``full`` record supersedes the base, which the head then drops. ``value``: the JSON value of
+    ``new_text`` when the writer has it (``Checkpoint.value``; never changed afterwards), else None
+    and the text is parsed.
     """
-    new = Folded(new_text, parse(new_text))
+    new = Folded(new_text, value if isinstance(value, dict | list) else parse(new_text))
     if seq == 0 and _size(new_text) <= INLINE_BYTES:
         return Plan(inline=new_text), new
     if current.value is not OPAQUE and new.value is not OPAQUE:

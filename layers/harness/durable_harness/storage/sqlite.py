@@ -225,7 +225,7 @@ class SqliteCheckpointStore(TimerTable):
             base, seq = row[6], int(row[8])
             current = self._cached(run_id, expected_version) or self._fold(conn, run_id, base, seq)
             base_bytes = len(base.encode("utf-8", "surrogatepass")) if seq == 0 or base else 0
-            plan, folded = plan_save(current, checkpoint.state, seq=seq, base_bytes=base_bytes)
+            plan, folded = plan_save(current, checkpoint.state, seq=seq, base_bytes=base_bytes, value=checkpoint.value)
             if plan.record is not None:
                 seq += 1
                 self._insert_record(conn, run_id, seq, plan.record)
@@ -248,7 +248,10 @@ class SqliteCheckpointStore(TimerTable):
                 ),
             )
             self._remember(run_id, expected_version + 1, folded)
-            return replace(checkpoint, version=expected_version + 1, epoch=int(row[2]), meta=dict(checkpoint.meta))
+            # Not the writer's value: a record saved again with another ``state`` must not carry it.
+            return replace(
+                checkpoint, version=expected_version + 1, epoch=int(row[2]), meta=dict(checkpoint.meta), value=None
+            )
 
     # --- run leases (local orchestrator) -----------------------------------------------------------
 

@@ -218,7 +218,9 @@ class DynamoCheckpointStore:
         (version + 1): one transaction, or one UpdateItem when no record is needed."""
         run_id = checkpoint.run_id
         known = self._known_at(run_id, expected_version)
-        plan, folded = plan_save(known.folded, checkpoint.state, seq=known.seq, base_bytes=known.base_bytes)
+        plan, folded = plan_save(
+            known.folded, checkpoint.state, seq=known.seq, base_bytes=known.base_bytes, value=checkpoint.value
+        )
         values: dict[str, Any] = {":status": {"S": checkpoint.status}, ":meta": meta_attr(checkpoint.meta)}
         sets = ["#version = #version + :one", "#status = :status", "#meta = :meta", "#updated_at = :u"]
         removes: list[str] = []
@@ -252,7 +254,9 @@ class DynamoCheckpointStore:
         except (FencedError, RunNotFoundError):
             self._objects.delete(body_key)  # ours, and never referenced: the write did not happen
             raise
-        saved = replace(checkpoint, version=expected_version + 1, epoch=known.record.epoch, meta=dict(checkpoint.meta))
+        saved = replace(  # not the writer's value: a record saved again with another state must not carry it
+            checkpoint, version=expected_version + 1, epoch=known.record.epoch, meta=dict(checkpoint.meta), value=None
+        )
         self._remember(_Known(saved, seq, base_bytes, known.inc, folded))
         return self._copy(saved)
 
