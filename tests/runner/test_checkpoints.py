@@ -129,14 +129,17 @@ async def test_a_slice_fenced_off_after_its_model_call_runs_no_tool() -> None:
         ran.append(input.name)
         return "found"
 
+    created: list[str] = []
+
     def claim_meanwhile(request: Any, index: int) -> Any:
-        run_id = inner.list_runs()[0].run_id
+        run_id = created[0]
         inner.claim(run_id, inner.version(run_id))  # another slice (or a cancel) takes the run
         return tool_calls_step(("c1", "lookup", {"name": "a"}))
 
     runner = Runner(Agent(model=FunctionModel(claim_meanwhile), tools=[lookup]), inner, MemoryChunkLog(),
                     checkpoint_grace=None)  # fmt: skip
     run_id = runner.create_run(prompt()).run_id
+    created.append(run_id)
     with pytest.raises(FencedError):
         await runner.run_slice(run_id)
     assert ran == []

@@ -1,4 +1,4 @@
-"""SqliteCheckpointStore specifics: WAL, persistence, several connections, errors, list_runs."""
+"""SqliteCheckpointStore specifics: WAL, persistence, several connections, errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from durable_harness.errors import FatalError, FencedError, FormatVersionError, StorageError
 from durable_harness.ports import Checkpoint
-from durable_harness.storage import MemoryCheckpointStore, SqliteCheckpointStore
+from durable_harness.storage import SqliteCheckpointStore
 
 
 def record(run_id: str, chat_id: str | None = None) -> Checkpoint:
@@ -130,21 +130,6 @@ def test_in_memory_database(tmp_path: Path) -> None:
     with SqliteCheckpointStore(":memory:") as store:
         store.create(record("run-1"))
         assert store.load("run-1").version == 1
-
-
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_list_runs_newest_first_and_by_chat(kind: str, tmp_path: Path) -> None:
-    store = MemoryCheckpointStore() if kind == "memory" else SqliteCheckpointStore(tmp_path / "r.sqlite3")
-    store.create(record("run-1", chat_id="chat-a"))
-    store.create(record("run-2", chat_id="chat-b"))
-    store.create(record("run-3", chat_id="chat-a"))
-    store.save(record("run-1", chat_id="chat-a"), 1)  # run-1 is now the most recently written
-    assert [c.run_id for c in store.list_runs()] == ["run-1", "run-3", "run-2"]
-    assert [c.run_id for c in store.list_runs(chat_id="chat-a")] == ["run-1", "run-3"]
-    assert [c.run_id for c in store.list_runs(limit=1)] == ["run-1"]
-    assert store.list_runs(chat_id="chat-z") == []
-    if isinstance(store, SqliteCheckpointStore):
-        store.close()
 
 
 def history(steps: int) -> str:

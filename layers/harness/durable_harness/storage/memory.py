@@ -9,7 +9,6 @@ thread-safe: the async runner calls ports from worker threads.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -79,10 +78,6 @@ class MemoryCheckpointStore:
         """Create an empty store."""
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
-        # A write sequence number per run, so list_runs can order by "last updated" without
-        # relying on the wall clock (which can tie or go backwards).
-        self._touched: dict[str, int] = {}
-        self._seq = itertools.count()
 
     def create(self, checkpoint: Checkpoint) -> Checkpoint:
         """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
@@ -157,17 +152,6 @@ class MemoryCheckpointStore:
             heads = [run.head for run in self._runs.values()]
         return next((h.run_id for h in reversed(heads) if h.chat_id == chat_id and h.principal == principal), None)
 
-    def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
-        """Records, most recently written first, optionally only those of one chat."""
-        with self._lock:
-            ordered = sorted(self._runs, key=self._touched.__getitem__, reverse=True)
-            found = [
-                self._runs[run_id].loaded()
-                for run_id in ordered
-                if chat_id is None or self._runs[run_id].head.chat_id == chat_id
-            ]
-            return found[: max(limit, 0)]
-
     def _get(self, run_id: str) -> _Run:
         try:
             return self._runs[run_id]
@@ -175,7 +159,6 @@ class MemoryCheckpointStore:
             raise RunNotFoundError(run_id) from None
 
     def _touch(self, run: _Run) -> Checkpoint:
-        self._touched[run.head.run_id] = next(self._seq)
         return _copy(run.head)
 
 
