@@ -50,7 +50,7 @@ def misbehaving(mode: str, **options: Any) -> ProcessHarness:
     )
 
 
-WAITING_ENV: dict[str, str | None] = {"WAIT_DIR": None, "WAIT_TIMEOUT": None, "NAP_SECONDS": None}
+WAITING_ENV: dict[str, str | None] = {"WAIT_DIR": None, "WAIT_TIMEOUT": None, "NAP_SECONDS": None, "HOLD_FILE": None}
 waiting = ProcessHarness(command=[sys.executable, str(HERE / "waiting_program.py")], env=WAITING_ENV)
 """``waiting_program.py``: a program that waits for an event (or sleeps) over the wire."""
 

@@ -10,6 +10,8 @@ the bridges it started (checked).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -139,3 +141,29 @@ async def test_a_wait_line_after_a_part_fails_the_run_naming_the_line(folder: Pa
     # the tool-call is the boot's line 1, the wait line its line 2
     assert "output line 2 is invalid" in error["errorText"]
     assert "must come right after a checkpoint" in error["errorText"]
+
+
+async def test_a_slice_lost_after_answering_never_answers_the_wait_again(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resuming slice checkpoints right after it wrote the ``event`` line: a slice lost then
+    (here cancelled while the program holds after its answer) leaves a checkpoint with nothing to
+    answer, and the next slice only reads on."""
+    hold = folder / "hold"
+    monkeypatch.setenv("HOLD_FILE", str(hold))
+    runner, log = session_runner(folder)
+    run_id = start(runner, "build it", CHAT)
+    assert (await runner.run(run_id)).status == "awaiting_event"
+    runner.events.deliver(run_id, "build-done", {"status": "passed"}, outcome="resumed", via="test")
+    lost = asyncio.create_task(runner.run(run_id))
+    await until(lambda: "waiting" not in runner.load(run_id).turn["session"], "the answer's checkpoint")
+    lost.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await lost
+    hold.touch()
+    assert (await runner.run(run_id)).status == "finished"
+    assert tool_output(log, run_id, "build") == {"status": "passed"}
+    next_run = start(runner, "build again", CHAT)  # its `start` comes after any stray line, in order
+    runner.events.deliver(next_run, "build-done", "next", outcome="kept", via="test")
+    assert (await runner.run(next_run)).status == "finished"
+    assert [what for _, what in noted(folder)] == ["start", "event", "start", "event"]  # no event line twice

@@ -14,7 +14,8 @@ line again and is answered.
 after turn (``start`` / ``continue`` lines), writes each turn's last checkpoint before ``finish``,
 and, when the run parks, goes on waiting on its stdin for the ``event`` line (or ``cancel``, which
 ends the turn). Each turn line it reads and each answer it gets is noted with its pid in
-``$WAIT_DIR/pids.log`` (``<pid> start|continue|event|cancel``).
+``$WAIT_DIR/pids.log`` (``<pid> start|continue|event|cancel``; ``stray-<type>``: a line that came
+between turns). With ``$HOLD_FILE`` set it holds after the answer until that file exists.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,8 @@ def turn(first: dict[str, Any]) -> None:
               **({"timeoutSeconds": float(timeout)} if timeout else {})})  # fmt: skip
         event = answer()
         result = "timeout" if event.get("timeout") else event.get("payload")
+    while (hold := os.environ.get("HOLD_FILE")) and not Path(hold).exists():
+        time.sleep(0.01)  # the test's cue (it synchronises on the file), not a wait for the runner
     if event["type"] == "cancel":  # persistent: the user cancelled the waiting turn
         emit({"type": "finish", "finishReason": {"unified": "other"}, "totalUsage": NO_USAGE})
         return
@@ -112,6 +116,8 @@ def main() -> None:
         if first["type"] in ("start", "continue"):
             note(first["type"])
             turn(first)
+        else:
+            note(f"stray-{first['type']}")
 
 
 if __name__ == "__main__":

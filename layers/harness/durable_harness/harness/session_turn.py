@@ -140,8 +140,9 @@ class SessionTurn(ProcessTurn):
                 yield event
         elif self.waiting is not None:  # the parked run resumes: the program still waits for the answer
             line, self.waiting = self.waiting, None
-            if (wait := await self._wait_line(line)) is not None:  # not due after all: park again
-                yield Checkpoint(self._state())
+            wait = await self._wait_line(line)  # None: answered; else not due after all, park again
+            yield Checkpoint(self._state())  # answered: a later slice (after a crash) must not answer again
+            if wait is not None:
                 yield wait
 
     async def _same_boot(self) -> bool:
