@@ -50,11 +50,19 @@ def misbehaving(mode: str, **options: Any) -> ProcessHarness:
     )
 
 
-waiting = ProcessHarness(
-    command=[sys.executable, str(HERE / "waiting_program.py")],
-    env={"WAIT_DIR": None, "WAIT_TIMEOUT": None, "NAP_SECONDS": None},
-)
+WAITING_ENV: dict[str, str | None] = {"WAIT_DIR": None, "WAIT_TIMEOUT": None, "NAP_SECONDS": None, "HOLD_FILE": None}
+waiting = ProcessHarness(command=[sys.executable, str(HERE / "waiting_program.py")], env=WAITING_ENV)
 """``waiting_program.py``: a program that waits for an event (or sleeps) over the wire."""
+
+
+def waiting_session(**options: Any) -> ProcessHarness:
+    """``waiting_program.py --persistent`` in a persistent session (``options``: e.g. ``sessions_dir``)."""
+    return ProcessHarness(
+        command=[sys.executable, str(HERE / "waiting_program.py"), "--persistent"],
+        env=WAITING_ENV, session="persistent", stop_grace_seconds=GRACE, **options,
+    )  # fmt: skip
+
+
 persistent = session_agent(stop_grace_seconds=GRACE)
 """The example program in a persistent session (its bridges register in the server's data folder)."""
 destroys_on_finish = session_agent(stop_grace_seconds=GRACE, destroy_on_finish=True)
@@ -86,5 +94,5 @@ def kill_mid_step(run_id: str, fault_dir: Path = FAULT_DIR) -> None:
 __all__ = [
     "destroys_on_finish", "environ", "example", "exits_early", "faulty", "idles_out", "ignores_stop", "invalid_output",
     "kill_mid_step", "kills_mid_step", "misbehaving", "orphan", "persistent", "recorded_session",
-    "session_kills_mid_step", "session_steps", "waiting",
+    "session_kills_mid_step", "session_steps", "waiting", "waiting_session",
 ]  # fmt: skip

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from durable_harness import ApprovalSecret
+from durable_harness.harness import Harness
 from durable_harness.protocol.ui_messages import convert_to_model_messages, parse_ui_messages
 from durable_harness.runner import Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
@@ -26,15 +27,16 @@ def wait_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def make_runner() -> tuple[Runner, MemoryChunkLog]:
+def make_runner(harness: Harness = agents.waiting) -> tuple[Runner, MemoryChunkLog]:
     log = MemoryChunkLog()
     secret = ApprovalSecret.from_value(SECRET)
-    return Runner(agents.waiting, MemoryCheckpointStore(), log, flush_interval=0, approval_secret=secret), log
+    return Runner(harness, MemoryCheckpointStore(), log, flush_interval=0, approval_secret=secret), log
 
 
-def start(runner: Runner, text: str) -> str:
+def start(runner: Runner, text: str, chat_id: str | None = None) -> str:
+    """A run of ``text`` (in the chat ``chat_id``: its runs share one session)."""
     messages = convert_to_model_messages(parse_ui_messages([user_message(text)]))
-    return runner.create_run(messages, message_id="msg_1").run_id
+    return runner.create_run(messages, message_id=f"msg_{text.replace(' ', '_')}", chat_id=chat_id).run_id
 
 
 def effects(wait_dir: Path) -> list[str]:
@@ -57,6 +59,12 @@ async def test_a_wait_line_parks_the_run_and_the_event_resumes_the_program_in_th
     again = await runner.run(run_id)  # not due: nothing runs, nothing is written
     assert again.status == "awaiting_event" and len(log_chunks(log, run_id)) == len(chunks)
 
+    await resume_with_event(runner, log, run_id, wait_dir)
+
+
+async def resume_with_event(runner: Runner, log: MemoryChunkLog, run_id: str, wait_dir: Path) -> None:
+    """Deliver the event the parked ``build`` run waits for and run it: it finishes in the same
+    message with the event's payload, and the program's step before the wait ran once."""
     runner.events.deliver(run_id, "build-done", {"status": "passed"}, outcome="resumed", via="test")
     final = await runner.run(run_id)
     assert final.status == "finished"
@@ -83,7 +91,12 @@ async def test_a_sleep_line_parks_until_its_end_and_the_line_written_again_is_an
 ) -> None:
     monkeypatch.setenv("NAP_SECONDS", "0.3")
     runner, log = make_runner()
-    run_id = start(runner, "take a nap")
+    await sleep_through(runner, log, start(runner, "take a nap"), wait_dir)
+
+
+async def sleep_through(runner: Runner, log: MemoryChunkLog, run_id: str, wait_dir: Path) -> None:
+    """The ``nap`` run parks on its sleep (``NAP_SECONDS``), then finishes once it is due, its
+    step before the sleep done once."""
     parked = await runner.run(run_id)
     assert parked.status == "awaiting_event" and [(w.name, w.kind) for w in parked.waits] == [("sleep:nap", "sleep")]
     await until_due(runner, run_id)
@@ -94,7 +107,12 @@ async def test_a_sleep_line_parks_until_its_end_and_the_line_written_again_is_an
 async def test_a_wait_lines_timeout_is_answered_with_timeout(wait_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WAIT_TIMEOUT", "0.2")
     runner, log = make_runner()
-    run_id = start(runner, "build it")
+    await time_out(runner, log, start(runner, "build it"))
+
+
+async def time_out(runner: Runner, log: MemoryChunkLog, run_id: str) -> None:
+    """The ``build`` run parks on its wait (``WAIT_TIMEOUT``); once due, the program is answered
+    with the timeout."""
     parked = await runner.run(run_id)
     assert parked.status == "awaiting_event" and parked.waits[0].deadline is not None
     await until_due(runner, run_id)

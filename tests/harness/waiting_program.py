@@ -9,6 +9,13 @@ result; ``nap`` sleeps ``$NAP_SECONDS`` (default 1) the same way; ``bad`` writes
 line after a part without a checkpoint between (a protocol error). When the run parks, the
 program is stopped; the next process gets ``continue`` with the last checkpoint, writes the same
 line again and is answered.
+
+``--persistent``: the same turns in a persistent session (protocol 2): the process serves turn
+after turn (``start`` / ``continue`` lines), writes each turn's last checkpoint before ``finish``,
+and, when the run parks, goes on waiting on its stdin for the ``event`` line (or ``cancel``, which
+ends the turn). Each turn line it reads and each answer it gets is noted with its pid in
+``$WAIT_DIR/pids.log`` (``<pid> start|continue|event|cancel``; ``stray-<type>``: a line that came
+between turns). With ``$HOLD_FILE`` set it holds after the answer until that file exists.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +36,23 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+PERSISTENT = "--persistent" in sys.argv[1:]
+
+
+def note(what: str) -> None:
+    """``<pid> <what>`` in ``$WAIT_DIR/pids.log``: which process saw which line."""
+    with (Path(os.environ["WAIT_DIR"]) / "pids.log").open("a") as pids:
+        pids.write(f"{os.getpid()} {what}\n")
+
+
 def answer() -> dict[str, Any]:
-    """The runner's ``event`` line (others, such as ``stop``, do not concern a waiting program)."""
+    """The runner's ``event`` line (others, such as ``stop``, do not concern a waiting program);
+    persistent: ``cancel`` too."""
     for line in sys.stdin:
         message = json.loads(line)
-        if message["type"] == "event":
+        if message["type"] == "event" or (PERSISTENT and message["type"] == "cancel"):
+            if PERSISTENT:
+                note(message["type"])
             return message
     sys.exit(0)  # stdin closed: the run parked, nobody answers this process
 
@@ -43,9 +63,8 @@ def said(messages: list[dict[str, Any]]) -> str:
     return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
 
 
-def main() -> None:
-    """One turn: its first step waits, its second answers."""
-    first = json.loads(sys.stdin.readline())
+def turn(first: dict[str, Any]) -> None:
+    """One turn from its first line: its first step waits, its second answers."""
     if first["type"] == "start":
         text = said(first["messages"])
         state: dict[str, Any] = {"mode": "nap" if "nap" in text else "bad" if "bad" in text else "build"}
@@ -62,13 +81,19 @@ def main() -> None:
     if mode == "nap":
         emit({"type": "sleep", "name": "nap", "seconds": float(os.environ.get("NAP_SECONDS", "1")),
               "toolCallId": "c1"})  # fmt: skip
-        result: Any = "slept" if answer().get("slept") else "woke early"
+        event = answer()
+        result: Any = "slept" if event.get("slept") else "woke early"
     else:
         timeout = os.environ.get("WAIT_TIMEOUT")
         emit({"type": "wait", "name": "build-done", "toolCallId": "c1",
               **({"timeoutSeconds": float(timeout)} if timeout else {})})  # fmt: skip
         event = answer()
         result = "timeout" if event.get("timeout") else event.get("payload")
+    while (hold := os.environ.get("HOLD_FILE")) and not Path(hold).exists():
+        time.sleep(0.01)  # the test's cue (it synchronises on the file), not a wait for the runner
+    if event["type"] == "cancel":  # persistent: the user cancelled the waiting turn
+        emit({"type": "finish", "finishReason": {"unified": "other"}, "totalUsage": NO_USAGE})
+        return
     emit({"type": "tool-result", "toolCallId": "c1", "toolName": mode, "result": result})
     emit({"type": "finish-step", "finishReason": {"unified": "tool-calls"}, "usage": NO_USAGE})
     emit({"type": "checkpoint", "state": {**state, "result": result}})
@@ -76,7 +101,23 @@ def main() -> None:
     emit({"type": "text-delta", "id": "t1", "delta": f"Result: {json.dumps(result, sort_keys=True)}"})
     emit({"type": "text-end", "id": "t1"})
     emit({"type": "finish-step", "finishReason": {"unified": "stop"}, "usage": NO_USAGE})
+    if PERSISTENT:  # protocol 2: the turn's last checkpoint comes before `finish`
+        emit({"type": "checkpoint", "state": {**state, "result": result, "done": True}})
     emit({"type": "finish", "finishReason": {"unified": "stop"}, "totalUsage": NO_USAGE})
+
+
+def main() -> None:
+    """One turn (slice mode), or the session's turns as they come (``--persistent``)."""
+    if not PERSISTENT:
+        turn(json.loads(sys.stdin.readline()))
+        return
+    for line in sys.stdin:
+        first = json.loads(line)
+        if first["type"] in ("start", "continue"):
+            note(first["type"])
+            turn(first)
+        else:
+            note(f"stray-{first['type']}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ the deadline comes a new process gets ``continue`` with the program's last check
 ``continue``): the program resumes from that state, and writes the same line again, which is now
 answered. A wait's deadline (a sleep's end) is fixed the first time its line comes, and kept in
 the runner's part of the checkpoint (``waits``), so the line written again waits no longer.
+
+In a persistent session (protocol 2, :mod:`.session_turn`) the program is not stopped when the
+run parks: it waits on its stdin, and the slice that resumes the run sends it the ``event`` line.
 """
 
 from __future__ import annotations

@@ -9,9 +9,15 @@ program goes on. A boot id other than the checkpoint's means the session was los
 ``continue`` from the program's last checkpoint with ``replayStep: true`` (and the client
 ``reset-step`` when it saw part of the step). See ``docs/harness.md``, "Persistent sessions".
 
+A ``wait`` or ``sleep`` line (:mod:`.process_waits`) the runner cannot answer yet parks the run
+and the slice detaches: the program goes on waiting on its stdin. The slice that resumes the run
+reattaches and sends it the ``event`` line; a new boot (the session was lost meanwhile) resumes
+from the program's last checkpoint instead, and its ``wait`` line written again is answered.
+
 The state the runner checkpoints is slice mode's (``program``, ``hostResults``, ``awaitingHost``)
 plus ``session``: ``{"bootId", "cursor", "shown"}`` (``shown``: parts of the current step went to
-the client since the program's last checkpoint).
+the client since the program's last checkpoint) and, while the run is parked, ``"waiting"``: the
+program's unanswered wait line.
 """
 
 from __future__ import annotations
@@ -55,6 +61,9 @@ class SessionTurn(ProcessTurn):
         self.boot_id: str | None = session.get("bootId")
         self.cursor: int = int(session.get("cursor") or 0)
         self.step_shown = bool(session.get("shown"))
+        waiting = session.get("waiting")
+        self.waiting: dict[str, Any] | None = waiting if isinstance(waiting, dict) else None
+        """The program's wait line the run parked on: the program of this boot still waits for its answer."""
         self.transport: SessionTransport | None = None
         self.pending: list[HarnessEvent] = []
         self.restarts = 0
@@ -69,6 +78,8 @@ class SessionTurn(ProcessTurn):
         try:
             async for event in super()._run():
                 yield event
+                if isinstance(event, Wait):  # parked (also on a resumed wait line): the slice detaches
+                    return
         except (ProtocolError, OutputError):  # the run fails: destroy_on_finish ends the session too
             self.failed = True
             raise
@@ -127,6 +138,12 @@ class SessionTurn(ProcessTurn):
         if self.boot_id is None or not await self._same_boot():
             async for event in self._restart("the session's program was restarted"):
                 yield event
+        elif self.waiting is not None:  # the parked run resumes: the program still waits for the answer
+            line, self.waiting = self.waiting, None
+            wait = await self._wait_line(line)  # None: answered; else not due after all, park again
+            yield Checkpoint(self._state())  # answered: a later slice (after a crash) must not answer again
+            if wait is not None:
+                yield wait
 
     async def _same_boot(self) -> bool:
         status = await self._transport().status()
@@ -149,6 +166,7 @@ class SessionTurn(ProcessTurn):
         await self._close_attachment()
         transport = self._transport()
         self.boot_id, self.cursor = await transport.start(), 0
+        self.waiting = None  # the new program writes its wait line again
         if self.step_shown:  # the client saw part of the step: it drops it, and sees it again
             yield ResetStepChunk()
             self.step_shown = False
@@ -188,7 +206,7 @@ class SessionTurn(ProcessTurn):
                 self._lines = aiter(self._attachment)
             try:
                 line = await anext(self._lines)
-                self.cursor = line.seq + 1
+                self.cursor = self.lines = line.seq + 1  # `lines`: the boot's line number, for errors
                 return line
             except StopAsyncIteration:
                 reason, code = self._attachment.reason, self._attachment.exit_code
@@ -242,8 +260,11 @@ class SessionTurn(ProcessTurn):
         self.step_shown = not isinstance(part, hp.FinishStepPart)
 
     async def _wait_line(self, obj: dict[str, Any]) -> Wait | None:
-        """Not in a persistent session yet: a parked run would stop a program that goes on."""
-        raise self._invalid(f'"{obj["type"]}" lines are for programs in slice mode (protocol 1) only, for now')
+        """Answered at once when it can be (as in slice mode); otherwise the run parks and the
+        slice detaches: the program waits on, and the slice that resumes the run answers ``obj``."""
+        wait = await super()._wait_line(obj)
+        self.waiting = obj if wait is not None else None
+        return wait
 
     async def _end_paused(self) -> None:
         """Paused for host approvals: the program waits (for the results) in its session."""
@@ -269,7 +290,9 @@ class SessionTurn(ProcessTurn):
                 await self.transport.kill(self.boot_id)
 
     def _state(self) -> dict[str, Any]:
-        session = {"bootId": self.boot_id, "cursor": self.cursor, "shown": self.step_shown}
+        session: dict[str, Any] = {"bootId": self.boot_id, "cursor": self.cursor, "shown": self.step_shown}
+        if self.waiting is not None:
+            session["waiting"] = self.waiting
         return {**super()._state(), "session": session}
 
     def _transport(self) -> SessionTransport:
