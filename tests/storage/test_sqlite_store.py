@@ -1,4 +1,4 @@
-"""SqliteCheckpointStore specifics: WAL, persistence, several connections, errors."""
+"""SqliteCheckpointStore specifics: WAL, persistence, several connections, errors, list_runs."""
 
 from __future__ import annotations
 
@@ -130,6 +130,18 @@ def test_in_memory_database(tmp_path: Path) -> None:
     with SqliteCheckpointStore(":memory:") as store:
         store.create(record("run-1"))
         assert store.load("run-1").version == 1
+
+
+def test_list_runs_newest_first_and_by_chat(tmp_path: Path) -> None:
+    with SqliteCheckpointStore(tmp_path / "r.sqlite3") as store:
+        store.create(record("run-1", chat_id="chat-a"))
+        store.create(record("run-2", chat_id="chat-b"))
+        store.create(record("run-3", chat_id="chat-a"))
+        store.save(record("run-1", chat_id="chat-a"), 1)  # run-1 is now the most recently written
+        assert [c.run_id for c in store.list_runs()] == ["run-1", "run-3", "run-2"]
+        assert [c.run_id for c in store.list_runs(chat_id="chat-a")] == ["run-1", "run-3"]
+        assert [c.run_id for c in store.list_runs(limit=1)] == ["run-1"]
+        assert store.list_runs(chat_id="chat-z") == []
 
 
 def history(steps: int) -> str:

@@ -93,9 +93,8 @@ _PRINCIPAL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (princi
 made before the list existed gets it too (a no-op read once it is there)."""
 _COLUMNS = "run_id, version, epoch, status, principal, chat_id, state, meta, seq"
 _CACHE_RUNS = 256
-# "Last written" order (clock timestamps can tie or step back; a counter bumped inside the write
-# transaction, which holds the database's write lock, cannot). No query reads it since the store
-# lost list_runs; the column stays until a format version drops it (databases have it NOT NULL).
+# Orders list_runs by "last written": clock timestamps can tie or step back, a counter bumped
+# inside the write transaction (which holds the database's write lock) cannot.
 _NEXT_SEQ = "(SELECT COALESCE(MAX(write_seq), 0) + 1 FROM runs)"
 
 
@@ -307,6 +306,18 @@ class SqliteCheckpointStore(TimerTable):
                 (chat_id, principal),
             ).fetchone()
         return None if row is None else str(row[0])
+
+    def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
+        """Records, most recently written first, optionally only those of one chat."""
+        query = f"SELECT {_COLUMNS} FROM runs"
+        params: tuple[Any, ...] = ()
+        if chat_id is not None:
+            query += " WHERE chat_id = ?"
+            params = (chat_id,)
+        query += " ORDER BY write_seq DESC LIMIT ?"
+        with self._guard() as conn:
+            rows = conn.execute(query, (*params, max(limit, 0))).fetchall()
+            return [self._decode(conn, row) for row in rows]
 
     def runs_of(
         self,
