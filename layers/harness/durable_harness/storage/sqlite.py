@@ -115,17 +115,9 @@ def _meta_json(meta: dict[str, str]) -> str:
 
 def _row_to_checkpoint(row: tuple[Any, ...], state: str) -> Checkpoint:
     run_id, version, epoch, status, principal, chat_id, _, meta, _ = row
-    decoded = json.loads(meta) if meta else {}
-    return Checkpoint(
-        run_id=run_id,
-        state=state,
-        status=status,
-        version=int(version),
-        epoch=int(epoch),
-        principal=principal,
-        chat_id=chat_id,
-        meta={str(k): str(v) for k, v in decoded.items()},
-    )
+    decoded = {str(k): str(v) for k, v in (json.loads(meta) if meta else {}).items()}
+    return Checkpoint(run_id=run_id, state=state, status=status, version=int(version), epoch=int(epoch),
+                      principal=principal, chat_id=chat_id, meta=decoded)  # fmt: skip
 
 
 class SqliteCheckpointStore(TimerTable):
