@@ -7,6 +7,7 @@ set -euo pipefail
 runs=${1:-3}
 src=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/dh-loaded.XXXXXX")
+chmod 0755 "$work"  # mktemp makes it 0700: the suite runs a server as nobody from this checkout
 loops=()
 cleanup() {
   for pid in "${loops[@]}"; do kill "$pid" 2>/dev/null || true; done
