@@ -24,6 +24,8 @@ for i in $(seq 1 "$runs"); do
   start=$(date +%s)
   if ! make -C "$work/repo" test > "$work/run$i.log" 2>&1; then
     tail -n 60 "$work/run$i.log"
+    kept="${TMPDIR:-/tmp}/dh-loaded-run$i.log"
+    cp "$work/run$i.log" "$kept" && echo "loaded.sh: the whole log of run $i is kept in $kept" >&2
     echo "loaded.sh: run $i of $runs FAILED after $(( $(date +%s) - start )) s" >&2
     exit 1
   fi
