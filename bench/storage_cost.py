@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import time
 from collections.abc import Sequence
@@ -32,7 +31,6 @@ from typing import Any
 
 from _common import (
     PRICES,
-    REPO,
     MotoAws,
     Request,
     RequestMeter,
@@ -148,13 +146,15 @@ def calibrate(steps: int, total: int) -> list[int]:
     return deltas
 
 
-def load_slice_entry() -> Any:
-    """``_run_slice`` of functions/slice/app.py (what the slice handler runs)."""
-    spec = importlib.util.spec_from_file_location("slice_app", REPO / "functions" / "slice" / "app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module._run_slice
+async def run_slice(runner: Runner, run_id: str, budget: float) -> RunState:
+    """What the slice handler runs for one invocation (``SliceFunction._run``), over ``runner``."""
+    from types import SimpleNamespace
+
+    from durable_harness.functions.handlers import SliceFunction
+
+    parts: Any = SimpleNamespace(runner=runner, runtime=SimpleNamespace(waker=None))  # no waits in this run
+    _, state = await SliceFunction._run(parts, run_id, budget)
+    return state
 
 
 async def whole_run(
@@ -171,7 +171,6 @@ async def whole_run(
     orchestrator = StartRecorder()
     service = ChatService(chat_runner, orchestrator, config=ServiceConfig())  # no signal, as deployed
     body = {"id": "chat-bench", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Go."}]}]}
-    run_slice = load_slice_entry()
 
     t0 = time.monotonic()
     state = await service.start_turn(body, principal="bench")  # POST /api/chat: create the run, start it
@@ -183,7 +182,7 @@ async def whole_run(
 
     follower = asyncio.create_task(follow())
     s0 = time.monotonic()
-    _, final = await run_slice(slice_runner, state.run_id, 600.0, None)  # no waits in this run
+    final = await run_slice(slice_runner, state.run_id, 600.0)
     slice_seconds = time.monotonic() - s0
     await follower
     stream_seconds = time.monotonic() - t0
