@@ -217,6 +217,9 @@ class HarnessOptions:
     """After a slice died, the next re-yields exactly what it yielded after its last checkpoint
     (a persistent session reads its program's lines again from the checkpoint's cursor): the
     runner then matches that against the log instead of sending ``reset-step``."""
+    wants_session_state: bool = False
+    """The harness reads ``StartTurn.session_state``: only then does the runner look up the chat's
+    previous turn when it creates a run (a storage read before the model is called)."""
 
 
 @runtime_checkable

@@ -136,6 +136,7 @@ class ProcessHarness:
             approval_secret=approval_secret,
             has_output=self.output is not None,
             replays_tail=session == "persistent",  # a slice that died is read again from its cursor
+            wants_session_state=True,  # a later turn's start line carries it
         )
 
     @property

@@ -157,9 +157,9 @@ class Runner(RunEndings):
         if continuation is not None:
             paused = self.load(continuation.paused_run_id)
             turn, session_id = paused.turn, session_id or paused.session_id
-        previous = None if continuation is not None else previous_turn_state(
-            self.store, chat_id, principal, run_id, self.agent_id
-        )
+        previous = None
+        if continuation is None and self.options.wants_session_state:
+            previous = previous_turn_state(self.store, chat_id, principal, run_id, self.agent_id)
         state = RunState(
             session_state=previous,
             run_id=run_id,
