@@ -15,7 +15,6 @@ from ._common import (
     DEFAULT_URL,
     ApprovalAnswers,
     ConversationBase,
-    ConversationState,
     Messages,
     approvals_body,
     base_url,
@@ -23,9 +22,17 @@ from ._common import (
     request_headers,
     run_path,
 )
-from ._cursor import ChunkError, ReconnectEvent, RetryPolicy, StreamCursor
-from ._requests import decode_json, response_error, run_id_of, stream_request
-from .errors import NetworkError, StreamError, describe_transport_error
+from ._cursor import ChunkError, ReconnectEvent, RetryPolicy
+from ._requests import (
+    StreamBase,
+    TurnBase,
+    decode_json,
+    status_failure,
+    stream_opened,
+    stream_request,
+    transport_failure,
+)
+from .errors import NetworkError, describe_transport_error
 
 Pair = tuple[dict[str, Any], UIMessageChunk]
 
@@ -121,8 +128,6 @@ class ChatClient:
             response = self._http.request(method, url, json=body, headers=self.headers)
         except httpx.RequestError as exc:
             raise NetworkError(describe_transport_error(exc, url)) from None
-        if not response.is_success:
-            raise response_error(response, response.content)
         return decode_json(response)
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -139,7 +144,7 @@ class ChatClient:
         self.close()
 
 
-class ChunkStream(Iterator[UIMessageChunk]):
+class ChunkStream(StreamBase, Iterator[UIMessageChunk]):
     """The chunks of one run, across as many responses as it takes to reach ``finish``.
 
     Iterating yields every chunk received, in log order, as a typed model (the transport's
@@ -152,36 +157,9 @@ class ChunkStream(Iterator[UIMessageChunk]):
         start_index: int = 0, drop_orphans: bool = True,
     ) -> None:  # fmt: skip
         """A stream that starts with the POST ``post``, or with ``GET`` of ``run_id`` at ``start_index``."""
+        super().__init__(client, post=post, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
         self._client = client
-        self._post = post
-        self.cursor = StreamCursor(client.retry, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
-        """Position and reconnect state."""
         self._pairs = self._run()
-
-    @property
-    def run_id(self) -> str | None:
-        """The run id (``x-workflow-run-id`` of the POST); None before the response."""
-        return self.cursor.run_id
-
-    @property
-    def index(self) -> int:
-        """Chunks received, as an absolute index into the run's log."""
-        return self.cursor.index
-
-    @property
-    def finished(self) -> bool:
-        """Whether ``finish`` arrived."""
-        return self.cursor.finished
-
-    @property
-    def finish_reason(self) -> str | None:
-        """The ``finishReason`` of ``finish``."""
-        return self.cursor.finish_reason
-
-    @property
-    def reconnects(self) -> int:
-        """How many times the stream was resumed."""
-        return self.cursor.reconnects
 
     def __iter__(self) -> ChunkStream:
         return self
@@ -216,20 +194,13 @@ class ChunkStream(Iterator[UIMessageChunk]):
             try:
                 response = client._http.send(request, stream=True)
             except httpx.RequestError as exc:
-                if initial:
-                    raise NetworkError(describe_transport_error(exc, str(request.url))) from None
-                error = describe_transport_error(exc, str(request.url))
+                error = transport_failure(exc, request, initial=initial)
             else:
                 try:
                     if not response.is_success:
-                        failure = response_error(response, response.read())
-                        if initial or response.status_code not in client.retry.retry_statuses:
-                            raise failure
-                        error = str(failure)
+                        error = status_failure(response, response.read(), client.retry, initial=initial)
                     else:
-                        if initial and self._post is not None:
-                            cursor.run_id = run_id_of(response)
-                        cursor.opened(response.headers)
+                        stream_opened(response, cursor, posted=initial and self._post is not None)
                         for data in response.iter_bytes():
                             for pair in cursor.feed(data):
                                 yield pair
@@ -263,21 +234,8 @@ class Conversation(ConversationBase["ChatClient", "TurnStream"]):
         return TurnStream(self.client, self.state, None)
 
 
-class TurnStream(Iterator[UIMessageChunk]):
+class TurnStream(TurnBase[ChunkStream], Iterator[UIMessageChunk]):
     """The chunks of one conversation turn; each is applied to the conversation as it is yielded."""
-
-    def __init__(self, client: ChatClient, state: ConversationState, stream: ChunkStream | None) -> None:
-        """A turn of ``state`` reading ``stream`` (None: nothing to send)."""
-        self._client = client
-        self._state = state
-        self._turn = state.turn
-        self.stream = stream
-        """The underlying chunk stream (None when nothing was sent)."""
-
-    @property
-    def run_id(self) -> str | None:
-        """The turn's run id, once known."""
-        return self.stream.run_id if self.stream is not None else None
 
     def __iter__(self) -> TurnStream:
         return self
@@ -294,18 +252,6 @@ class TurnStream(Iterator[UIMessageChunk]):
         self._state.run_id = self.stream.run_id
         self._state.apply(raw)
         return chunk
-
-    def resume(self) -> TurnStream:
-        """After an error or an interruption (Ctrl-C) cut the stream, go on reading the run from the
-        first chunk not yet received (``GET …?startIndex=N``), into the same assistant message."""
-        stream = self.stream
-        if stream is None or stream.run_id is None:
-            raise StreamError("nothing to resume: the turn's run is not known")
-        if self._state.turn != self._turn:
-            raise StreamError("nothing to resume: another turn has started since")
-        if not stream.finished:
-            self.stream = self._client.resume(stream.run_id, stream.index)
-        return self
 
     def collect(self) -> list[UIMessageChunk]:
         """Read the turn to its end; returns its chunks."""
