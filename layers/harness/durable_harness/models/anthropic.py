@@ -57,7 +57,9 @@ from .provider_utils import (
     STANDARD_SETTINGS,
     ApiKey,
     HttpModel,
+    add_turn,
     error_detail,
+    forced_tool,
     merge_provider_settings,
     parse_data_url,
     redact,
@@ -134,8 +136,7 @@ class AnthropicModel(HttpModel):
         tool_choice: dict[str, Any] | None = None
         if tools:
             if isinstance(choice, dict):
-                name = choice.get("toolName") or choice.get("tool_name") or choice.get("name")
-                tool_choice = {"type": "tool", "name": name}
+                tool_choice = {"type": "tool", "name": forced_tool(choice)}
             else:
                 tool_choice = {"type": {"auto": "auto", "none": "none", "required": "any"}[choice]}
         if request.response_format is not None:
@@ -215,10 +216,7 @@ def convert_messages(request: ModelRequest) -> tuple[list[dict[str, Any]], list[
             continue
         if message.provider_options:
             blocks[-1] = _with_cache(blocks[-1], message.provider_options)
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"] += blocks
-        else:
-            messages.append({"role": role, "content": blocks})
+        add_turn(messages, role, blocks)
     return system, messages
 
 

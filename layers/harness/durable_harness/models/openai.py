@@ -51,6 +51,7 @@ from .provider_utils import (
     ApiKey,
     HttpModel,
     error_detail,
+    forced_tool,
     merge_provider_settings,
     parse_data_url,
     redact,
@@ -171,8 +172,7 @@ class OpenAIChatModel(HttpModel):
 
 def _tool_choice(choice: str | dict[str, str]) -> Any:
     if isinstance(choice, dict):
-        name = choice.get("toolName") or choice.get("tool_name") or choice.get("name")
-        return {"type": "function", "function": {"name": name}}
+        return {"type": "function", "function": {"name": forced_tool(choice)}}
     return choice
 
 

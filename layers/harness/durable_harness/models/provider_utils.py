@@ -201,6 +201,20 @@ def merge_provider_settings(body: dict[str, Any], extra: Any) -> None:
             body[key] = value
 
 
+def forced_tool(choice: Mapping[str, str]) -> str | None:
+    """The tool a ``tool_choice`` object forces: its ``toolName`` (the AI SDK's), ``tool_name`` or ``name``."""
+    return choice.get("toolName") or choice.get("tool_name") or choice.get("name")
+
+
+def add_turn(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    """Append ``blocks`` as a ``role`` message, or to the last message when it has that role (the
+    Messages and Converse APIs want the roles to alternate)."""
+    if messages and messages[-1]["role"] == role:
+        messages[-1]["content"] += blocks
+    else:
+        messages.append({"role": role, "content": blocks})
+
+
 def unsupported_settings(settings: Mapping[str, Any], supported: Iterable[str]) -> list[hp.CallWarning]:
     """Warnings for the standard settings this provider ignores and for unknown keys."""
     allowed = set(supported) | PROVIDER_SETTINGS
