@@ -13,23 +13,6 @@ from .errors import ClientError, NetworkError, ResponseError, StreamError, descr
 CHAT_PATH = "/api/chat"
 
 
-def stream_request(
-    http: httpx.Client | httpx.AsyncClient,
-    url: str,
-    headers: dict[str, str],
-    cursor: StreamCursor,
-    post: dict[str, Any] | None,
-) -> httpx.Request:
-    """The POST that starts a turn (``post`` given), else the GET of the cursor's next position."""
-    if post is not None:
-        return http.build_request("POST", url + CHAT_PATH, json=post, headers=headers)
-    if cursor.run_id is None:
-        raise StreamError("no run to resume")
-    # `?startIndex=` appended literally, as the transport does.
-    return http.build_request("GET", f"{url}{stream_path(cursor.run_id)}?startIndex={cursor.next_start()}",
-                              headers=headers)  # fmt: skip
-
-
 def run_id_of(response: httpx.Response) -> str:
     """The run id of a POST's response (``x-workflow-run-id``)."""
     run_id: str | None = response.headers.get(RUN_ID_HEADER)
@@ -54,32 +37,6 @@ def decode_json(response: httpx.Response) -> dict[str, Any]:
     return data
 
 
-def transport_failure(exc: httpx.RequestError, request: httpx.Request, *, initial: bool) -> str:
-    """Why a request failed in transit, as the reason to reconnect; the first request's failure
-    is the caller's: :class:`NetworkError`."""
-    reason = describe_transport_error(exc, str(request.url))
-    if initial:
-        raise NetworkError(reason) from None
-    return reason
-
-
-def status_failure(response: httpx.Response, body: bytes, retry: RetryPolicy, *, initial: bool) -> str:
-    """A non-2xx response of ``body``: the reason to reconnect when ``retry`` retries its status
-    after the first request, else raised as its :class:`ResponseError`."""
-    failure = ResponseError.from_response(response, body)
-    if initial or response.status_code not in retry.retry_statuses:
-        raise failure
-    return str(failure)
-
-
-def stream_opened(response: httpx.Response, cursor: StreamCursor, *, posted: bool) -> None:
-    """A 2xx stream response arrived: the run id of the POST that started the turn (``posted``),
-    and the position its headers tell."""
-    if posted:
-        cursor.run_id = run_id_of(response)
-    cursor.opened(response.headers)
-
-
 class _ClientParts(Protocol):
     """What a chunk stream reads from its client (sync or async)."""
 
@@ -98,6 +55,43 @@ class StreamBase:
         self._post = post
         self.cursor = StreamCursor(client.retry, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
         """Position and reconnect state."""
+
+    def _request(self, http: httpx.Client | httpx.AsyncClient, url: str, headers: dict[str, str], *,
+                 initial: bool) -> httpx.Request:  # fmt: skip
+        """The POST that starts the turn (the first request, given a POST), else the GET of the
+        cursor's next position."""
+        if initial and self._post is not None:
+            return http.build_request("POST", url + CHAT_PATH, json=self._post, headers=headers)
+        cursor = self.cursor
+        if cursor.run_id is None:
+            raise StreamError("no run to resume")
+        # `?startIndex=` appended literally, as the transport does.
+        return http.build_request("GET", f"{url}{stream_path(cursor.run_id)}?startIndex={cursor.next_start()}",
+                                  headers=headers)  # fmt: skip
+
+    @staticmethod
+    def _transport_failure(exc: httpx.RequestError, request: httpx.Request, *, initial: bool) -> str:
+        """Why a request failed in transit, as the reason to reconnect; the first request's failure
+        is the caller's: :class:`NetworkError`."""
+        reason = describe_transport_error(exc, str(request.url))
+        if initial:
+            raise NetworkError(reason) from None
+        return reason
+
+    def _status_failure(self, response: httpx.Response, body: bytes, *, initial: bool) -> str:
+        """A non-2xx response of ``body``: the reason to reconnect when the retry policy retries its
+        status after the first request, else raised as its :class:`ResponseError`."""
+        failure = ResponseError.from_response(response, body)
+        if initial or response.status_code not in self.cursor.policy.retry_statuses:
+            raise failure
+        return str(failure)
+
+    def _opened(self, response: httpx.Response, *, initial: bool) -> None:
+        """A 2xx stream response arrived: the run id of the POST that started the turn, and the
+        position its headers tell."""
+        if initial and self._post is not None:
+            self.cursor.run_id = run_id_of(response)
+        self.cursor.opened(response.headers)
 
     @property
     def run_id(self) -> str | None:

@@ -23,15 +23,7 @@ from ._common import (
     run_path,
 )
 from ._cursor import ChunkError, ReconnectEvent, RetryPolicy
-from ._requests import (
-    StreamBase,
-    TurnBase,
-    decode_json,
-    status_failure,
-    stream_opened,
-    stream_request,
-    transport_failure,
-)
+from ._requests import StreamBase, TurnBase, decode_json
 from .errors import NetworkError, describe_transport_error
 
 Pair = tuple[dict[str, Any], UIMessageChunk]
@@ -163,18 +155,18 @@ class AsyncChunkStream(StreamBase):
         client, cursor = self._client, self.cursor
         initial = True
         while True:
-            request = stream_request(client._http, client.url, client.headers, cursor, self._post if initial else None)
+            request = self._request(client._http, client.url, client.headers, initial=initial)
             error: str | None = None
             try:
                 response = await client._http.send(request, stream=True)
             except httpx.RequestError as exc:
-                error = transport_failure(exc, request, initial=initial)
+                error = self._transport_failure(exc, request, initial=initial)
             else:
                 try:
                     if not response.is_success:
-                        error = status_failure(response, await response.aread(), client.retry, initial=initial)
+                        error = self._status_failure(response, await response.aread(), initial=initial)
                     else:
-                        stream_opened(response, cursor, posted=initial and self._post is not None)
+                        self._opened(response, initial=initial)
                         async for data in response.aiter_bytes():
                             for pair in cursor.feed(data):
                                 yield pair
