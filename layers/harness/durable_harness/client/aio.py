@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -27,6 +27,26 @@ from ._requests import StreamBase, TurnBase, decode_json
 from .errors import NetworkError, describe_transport_error
 
 Pair = tuple[dict[str, Any], UIMessageChunk]
+
+
+class _AsyncChunks(AsyncIterator[UIMessageChunk]):
+    """What both async streams add to iterating: :meth:`collect`, and ``async with`` that closes them."""
+
+    async def collect(self) -> list[UIMessageChunk]:
+        """Every remaining chunk, up to ``finish`` (a turn's: to the turn's end)."""
+        return [chunk async for chunk in self]
+
+    async def aclose(self) -> None:
+        """Stop reading."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 class AsyncChatClient:
@@ -113,7 +133,7 @@ class AsyncChatClient:
         await self.aclose()
 
 
-class AsyncChunkStream(StreamBase):
+class AsyncChunkStream(StreamBase, _AsyncChunks):
     """The asynchronous :class:`~durable_harness.client.ChunkStream` (``async for``; ``aclose()``)."""
 
     def __init__(
@@ -125,9 +145,6 @@ class AsyncChunkStream(StreamBase):
         self._client = client
         self._pairs = self._run()
 
-    def __aiter__(self) -> AsyncChunkStream:
-        return self
-
     async def __anext__(self) -> UIMessageChunk:
         return (await self._pairs.__anext__())[1]
 
@@ -135,21 +152,9 @@ class AsyncChunkStream(StreamBase):
         """The next chunk as ``(JSON object as received, typed chunk)``; StopAsyncIteration at the end."""
         return await self._pairs.__anext__()
 
-    async def collect(self) -> list[UIMessageChunk]:
-        """Every remaining chunk, up to ``finish``."""
-        return [chunk async for chunk in self]
-
     async def aclose(self) -> None:
         """Stop reading (closes the open response)."""
         await self._pairs.aclose()
-
-    async def __aenter__(self) -> AsyncChunkStream:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def _run(self) -> AsyncGenerator[Pair, None]:
         client, cursor = self._client, self.cursor
@@ -204,11 +209,8 @@ class AsyncConversation(ConversationBase["AsyncChatClient", "AsyncTurnStream"]):
         return AsyncTurnStream(self.client, self.state, None)
 
 
-class AsyncTurnStream(TurnBase[AsyncChunkStream]):
+class AsyncTurnStream(TurnBase[AsyncChunkStream], _AsyncChunks):
     """The chunks of one conversation turn (``async for``), applied to the conversation as they arrive."""
-
-    def __aiter__(self) -> AsyncTurnStream:
-        return self
 
     async def __anext__(self) -> UIMessageChunk:
         if self.stream is None:
@@ -223,20 +225,8 @@ class AsyncTurnStream(TurnBase[AsyncChunkStream]):
         self._state.apply(raw)
         return chunk
 
-    async def collect(self) -> list[UIMessageChunk]:
-        """Read the turn to its end; returns its chunks."""
-        return [chunk async for chunk in self]
-
     async def aclose(self) -> None:
         """Stop reading; what arrived so far stays in the history."""
         if self.stream is not None:
             await self.stream.aclose()
         self._state.end()
-
-    async def __aenter__(self) -> AsyncTurnStream:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -27,6 +27,24 @@ from ._requests import StreamBase, TurnBase, decode_json
 from .errors import NetworkError, describe_transport_error
 
 Pair = tuple[dict[str, Any], UIMessageChunk]
+
+
+class _Chunks(Iterator[UIMessageChunk]):
+    """What both sync streams add to iterating: :meth:`collect`, and ``with`` that closes them."""
+
+    def collect(self) -> list[UIMessageChunk]:
+        """Every remaining chunk, up to ``finish`` (a turn's: to the turn's end)."""
+        return list(self)
+
+    def close(self) -> None:
+        """Stop reading."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
 
 class ChatClient:
@@ -136,7 +154,7 @@ class ChatClient:
         self.close()
 
 
-class ChunkStream(StreamBase, Iterator[UIMessageChunk]):
+class ChunkStream(StreamBase, _Chunks):
     """The chunks of one run, across as many responses as it takes to reach ``finish``.
 
     Iterating yields every chunk received, in log order, as a typed model (the transport's
@@ -153,9 +171,6 @@ class ChunkStream(StreamBase, Iterator[UIMessageChunk]):
         self._client = client
         self._pairs = self._run()
 
-    def __iter__(self) -> ChunkStream:
-        return self
-
     def __next__(self) -> UIMessageChunk:
         return next(self._pairs)[1]
 
@@ -163,19 +178,9 @@ class ChunkStream(StreamBase, Iterator[UIMessageChunk]):
         """The next chunk as ``(JSON object as received, typed chunk)``."""
         return next(self._pairs)
 
-    def collect(self) -> list[UIMessageChunk]:
-        """Every remaining chunk, up to ``finish``."""
-        return list(self)
-
     def close(self) -> None:
         """Stop reading (closes the open response)."""
         self._pairs.close()
-
-    def __enter__(self) -> ChunkStream:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
     def _run(self) -> Generator[Pair, None, None]:
         client, cursor = self._client, self.cursor
@@ -226,11 +231,8 @@ class Conversation(ConversationBase["ChatClient", "TurnStream"]):
         return TurnStream(self.client, self.state, None)
 
 
-class TurnStream(TurnBase[ChunkStream], Iterator[UIMessageChunk]):
+class TurnStream(TurnBase[ChunkStream], _Chunks):
     """The chunks of one conversation turn; each is applied to the conversation as it is yielded."""
-
-    def __iter__(self) -> TurnStream:
-        return self
 
     def __next__(self) -> UIMessageChunk:
         if self.stream is None:
@@ -245,18 +247,8 @@ class TurnStream(TurnBase[ChunkStream], Iterator[UIMessageChunk]):
         self._state.apply(raw)
         return chunk
 
-    def collect(self) -> list[UIMessageChunk]:
-        """Read the turn to its end; returns its chunks."""
-        return list(self)
-
     def close(self) -> None:
         """Stop reading; what arrived so far stays in the history."""
         if self.stream is not None:
             self.stream.close()
         self._state.end()
-
-    def __enter__(self) -> TurnStream:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
