@@ -16,7 +16,6 @@ from durable_harness.protocol.sse import (
     encode_sse,
     fix_json,
     parse_partial_json,
-    parse_sse,
     url_href,
 )
 from durable_harness.protocol.ui_chunks import (
@@ -30,6 +29,13 @@ from durable_harness.protocol.ui_chunks import (
     encode_ui_chunk,
     parse_ui_chunk,
 )
+
+
+def parse_sse(body: bytes, *, skip_done: bool = True) -> list[str]:
+    """The data of every complete event of a whole SSE body."""
+    parser = SSEParser(skip_done=skip_done)
+    return parser.feed(body) + parser.close()
+
 
 # §3.1 "Exact bytes for a text turn", with the \n\n written out.
 TEXT_TURN = (

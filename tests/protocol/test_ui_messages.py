@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from durable_harness.errors import ProtocolError, UnknownPartTypeError
-from durable_harness.messages import TextPart, dump_messages
+from durable_harness.messages import TextPart
 from durable_harness.protocol.ui_messages import (
     DataUIPart,
     DynamicToolUIPart,
@@ -36,7 +36,7 @@ SIG = "U2fOlljdXD-YhaTPK-P_cqLn9uzhW2ACrfSNjMHgIEE"  # §11: approval-abc / call
 
 
 def convert(messages: list[dict[str, Any]], **options: Any) -> list[dict[str, Any]]:
-    return dump_messages(convert_to_model_messages(parse_ui_messages(messages), **options))
+    return [m.to_dict() for m in convert_to_model_messages(parse_ui_messages(messages), **options)]
 
 
 def assistant(*parts: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def test_deny_body_parses_and_round_trips() -> None:
 
 
 def test_deny_body_converts() -> None:
-    assert dump_messages(convert_to_model_messages(parse_ui_messages(json.loads(DENY_BODY)))) == [
+    assert [m.to_dict() for m in convert_to_model_messages(parse_ui_messages(json.loads(DENY_BODY)))] == [
         {"role": "user", "content": [{"type": "text", "text": "please delete notes/draft.txt"}]},
         {"role": "assistant", "content": [
             {"type": "tool-call", "toolCallId": "call_11", "toolName": "deleteFile", "input": {"path": "notes/draft.txt"}},

@@ -227,8 +227,3 @@ def parse_messages(data: list[dict[str, Any]]) -> list[ModelMessage]:
             item = {**item, "content": [{"type": "text", "text": item["content"]}]}
         normalized.append(item)
     return _MESSAGES.validate_python(normalized)
-
-
-def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
-    """The JSON objects of model messages."""
-    return [m.to_dict() for m in messages]

@@ -138,7 +138,6 @@ class Settings:
     data_dir: str | None = None
     runs_table: str = ""
     """Empty: the local kit (embedded storage); set: the AWS runtime."""
-    chunk_bucket: str = ""
     state_machine_arn: str = ""
     event_bus_name: str | None = None
     run_ttl_seconds: int = 30 * _DAY
@@ -174,7 +173,6 @@ class Settings:
             public_url=snapshot.get("PUBLIC_URL") or None,
             data_dir=snapshot.get("DATA_DIR") or None,
             runs_table=text("RUNS_TABLE"),
-            chunk_bucket=text("CHUNK_BUCKET"),
             state_machine_arn=text("STATE_MACHINE_ARN"),
             event_bus_name=text("EVENT_BUS_NAME") or None,
             run_ttl_seconds=_days(snapshot, "RUN_TTL_DAYS", 30),

@@ -21,7 +21,6 @@ from botocore.awsrequest import AWSRequest, HeadersDict
 from botocore.config import Config
 from botocore.credentials import Credentials as BotoCredentials
 from botocore.exceptions import ClientError, FlexibleChecksumError, ParamValidationError
-from botocore.handlers import decode_list_object_v2
 from botocore.parsers import RestXMLParser
 from durable_harness.aws.checkpoints.objects import ObjectGone, StateObjects
 from durable_harness.aws.lite import _client, _s3xml, _transport
@@ -140,41 +139,17 @@ def test_conditional_puts_fail_as_botos_do(clients: tuple[Any, S3Client]) -> Non
     assert boto.get_object(Bucket=BUCKET, Key="once")["Body"].read() == b"replaced"
 
 
-def test_list_pages_and_delete_equal_botos(clients: tuple[Any, S3Client]) -> None:
+def test_deletes_equal_botos(clients: tuple[Any, S3Client]) -> None:
     boto, lite = clients
     for key in AWKWARD_KEYS:
         boto.put_object(Bucket=BUCKET, Key=f"listed/{key}", Body=b"x")
-    pages: dict[str, list[dict[str, Any]]] = {}
-    for name, client in (("lite", lite), ("boto", boto)):
-        request: dict[str, Any] = {"Bucket": BUCKET, "Prefix": "listed/", "MaxKeys": 3}
-        pages[name] = []
-        while True:
-            page = client.list_objects_v2(**request)
-            pages[name].append(page)
-            if not page["IsTruncated"]:
-                break
-            request["ContinuationToken"] = page["NextContinuationToken"]
-    assert [_bare(p) for p in pages["lite"]] == [_bare(p) for p in pages["boto"]]
-    listed = [o["Key"] for p in pages["lite"] for o in p["Contents"]]
-    assert sorted(listed) == sorted(f"listed/{k}" for k in AWKWARD_KEYS) and len(pages["lite"]) == 4
-
-    requests: list[dict[str, Any]] = [
-        {"Prefix": "listed/", "Delimiter": "/"},
-        {"Prefix": "listed/", "StartAfter": "listed/plain"},
-        {"Prefix": "nothing here/"},
-    ]
-    for request in requests:
-        assert _bare(lite.list_objects_v2(Bucket=BUCKET, **request)) == _bare(
-            boto.list_objects_v2(Bucket=BUCKET, **request)
-        )
-
     assert _bare(lite.delete_object(Bucket=BUCKET, Key="listed/with space")) == _bare(
         boto.delete_object(Bucket=BUCKET, Key="listed/plus+sign")
     )
     assert _bare(lite.delete_object(Bucket=BUCKET, Key="never written")) == _bare(
         boto.delete_object(Bucket=BUCKET, Key="never written")
     )
-    remaining = {o["Key"] for o in lite.list_objects_v2(Bucket=BUCKET, Prefix="listed/")["Contents"]}
+    remaining = {o["Key"] for o in boto.list_objects_v2(Bucket=BUCKET, Prefix="listed/")["Contents"]}
     assert remaining == {f"listed/{k}" for k in AWKWARD_KEYS} - {"listed/with space", "listed/plus+sign"}
 
 
@@ -199,8 +174,6 @@ def test_bad_arguments_are_refused_before_sending(clients: tuple[Any, S3Client])
         lite.get_object(Bucket="no/slash", Key="k")
     with pytest.raises(ParamValidationError):
         lite.delete_object(Bucket=BUCKET, Key="")
-    with pytest.raises(ParamValidationError):
-        lite.list_objects_v2(Bucket=BUCKET, MaxKeys="3")  # type: ignore[arg-type]
 
 
 # --- a loopback server of the test's ------------------------------------------------------------
@@ -217,7 +190,6 @@ def scripted(answers: list[tuple[int, dict[str, str], bytes]]) -> Iterator[Scrip
 _SLOW_DOWN = (
     b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>r</RequestId></Error>"
 )
-_LISTING = b"<ListBucketResult><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>"
 
 
 def test_a_503_slow_down_is_retried_then_succeeds() -> None:
@@ -229,14 +201,15 @@ def test_a_503_slow_down_is_retried_then_succeeds() -> None:
 
 
 def test_an_error_inside_a_200_is_retried_like_a_500() -> None:
-    cut_short: tuple[int, dict[str, str], bytes] = (200, {}, b"<ListBucketResult><Name>cut sh")
-    with scripted([(200, {}, _SLOW_DOWN), cut_short, (200, {}, _LISTING)]) as server:
-        result = _lite(server.url).list_objects_v2(Bucket=BUCKET)
-    assert result["KeyCount"] == 0 and result["ResponseMetadata"]["RetryAttempts"] == 2 and len(server.requests) == 3
+    cut_short: tuple[int, dict[str, str], bytes] = (200, {}, b"<Error><Code>Slow")
+    with scripted([(200, {}, _SLOW_DOWN), cut_short, (204, {}, b"")]) as server:
+        result = _lite(server.url).delete_object(Bucket=BUCKET, Key="k")
+    assert result["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert result["ResponseMetadata"]["RetryAttempts"] == 2 and len(server.requests) == 3
 
     with scripted([(200, {}, _SLOW_DOWN)] * 5) as server:
-        failed = _error(lambda: _lite(server.url).list_objects_v2(Bucket=BUCKET))
-    assert failed.response["Error"]["Code"] == "SlowDown" and failed.operation_name == "ListObjectsV2"
+        failed = _error(lambda: _lite(server.url).delete_object(Bucket=BUCKET, Key="k"))
+    assert failed.response["Error"]["Code"] == "SlowDown" and failed.operation_name == "DeleteObject"
     assert failed.response["ResponseMetadata"]["HTTPStatusCode"] == 500  # what botocore makes of it
     assert failed.response["ResponseMetadata"]["RetryAttempts"] == 4 and len(server.requests) == 5
 
@@ -296,7 +269,7 @@ def test_urls_and_signatures_on_aws_are_botocores(region: str, bucket: str, monk
 
     def send(method: str, url: str, headers: dict[str, str], body: bytes, **_: Any) -> Response:
         sent.append((method, url, dict(headers), body))
-        return Response(200, {}, _LISTING if "list-type" in url else b"")
+        return Response(200, {}, b"")
 
     monkeypatch.setattr(_transport, "send", send)
     monkeypatch.setattr(_client, "datetime", _Now)
@@ -307,7 +280,6 @@ def test_urls_and_signatures_on_aws_are_botocores(region: str, bucket: str, monk
     calls: list[Callable[[Any], Any]] = [
         lambda c: c.put_object(Bucket=bucket, Key="a b/ü+x=1&y", Body=b"x", ContentType="text/plain", IfNoneMatch="*"),
         lambda c: c.get_object(Bucket=bucket, Key="runs/r 1/seg/0001.ndjson"),
-        lambda c: c.list_objects_v2(Bucket=bucket, Prefix="runs/r 1/", ContinuationToken="a+b/c="),
         lambda c: c.delete_object(Bucket=bucket, Key="~tilde"),
     ]
     for call in calls:
@@ -328,33 +300,6 @@ def test_urls_and_signatures_on_aws_are_botocores(region: str, bucket: str, monk
 
 
 # --- parsing: the same bytes through botocore's parser -------------------------------------------
-
-
-_LIST_BODY = (
-    b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
-    b"<Name>bkt</Name><Prefix>a%20b%2B</Prefix><KeyCount>1</KeyCount><MaxKeys>2</MaxKeys><Delimiter>%2F</Delimiter>"
-    b"<IsTruncated>true</IsTruncated><Contents><Key>a%20b%2Bc/%C3%A9</Key><LastModified>2009-10-12T17:50:30.123Z"
-    b'</LastModified><ETag>"fba9"</ETag><ChecksumAlgorithm>CRC32</ChecksumAlgorithm><Size>434234</Size>'
-    b"<StorageClass>STANDARD</StorageClass><Owner><ID>abc</ID><DisplayName>me</DisplayName></Owner><RestoreStatus>"
-    b"<IsRestoreInProgress>false</IsRestoreInProgress><RestoreExpiryDate>2009-10-12T17:50:30Z</RestoreExpiryDate>"
-    b"</RestoreStatus><Unknown>x</Unknown></Contents><CommonPrefixes><Prefix>a%20b%2Bd/</Prefix></CommonPrefixes>"
-    b"<EncodingType>url</EncodingType><NextContinuationToken>1ue/XY+m36=</NextContinuationToken><StartAfter></StartAfter>"
-    b"</ListBucketResult>"
-)
-
-
-def test_a_listing_parses_as_botocore_parses_it() -> None:
-    headers = {"x-amz-request-charged": "requester"}
-    for decode in (True, False):
-        theirs = RestXMLParser().parse(
-            {"body": _LIST_BODY, "headers": headers, "status_code": 200},
-            MODEL.operation_model("ListObjectsV2").output_shape,
-        )
-        theirs.pop("ResponseMetadata")
-        decode_list_object_v2(theirs, {"encoding_type_auto_set": decode})
-        mine = _s3xml.parse_list_objects_v2(_LIST_BODY, decode_keys=decode)
-        mine.update(_s3xml.parse_headers(_s3xml.LIST_OBJECTS_V2_HEADERS, headers))
-        assert mine == theirs and mine["Contents"][0]["Key"] == ("a b+c/é" if decode else "a%20b%2Bc/%C3%A9")
 
 
 @pytest.mark.parametrize(
@@ -380,7 +325,6 @@ def test_header_members_are_botocores_and_parse_alike() -> None:
         "PutObject": _s3xml.PUT_OBJECT_HEADERS,
         "GetObject": _s3xml.GET_OBJECT_HEADERS,
         "DeleteObject": _s3xml.DELETE_OBJECT_HEADERS,
-        "ListObjectsV2": _s3xml.LIST_OBJECTS_V2_HEADERS,
     }
     for operation, table in tables.items():
         members = MODEL.operation_model(operation).output_shape.members

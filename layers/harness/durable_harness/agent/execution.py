@@ -34,7 +34,6 @@ from ..waits import ParkTool, WaitSpec
 from .state import LoopTurnState, StepCall, StepOutcome
 
 Emit = hp.HarnessStreamPart | UIMessageChunk
-Hook = Callable[[str, Any], Any]
 
 
 def result_events(call: StepCall, outcome: StepOutcome) -> list[Emit]:

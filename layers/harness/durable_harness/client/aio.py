@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -15,7 +15,6 @@ from ._common import (
     DEFAULT_URL,
     ApprovalAnswers,
     ConversationBase,
-    ConversationState,
     Messages,
     approvals_body,
     base_url,
@@ -23,11 +22,31 @@ from ._common import (
     request_headers,
     run_path,
 )
-from ._cursor import ChunkError, ReconnectEvent, RetryPolicy, StreamCursor
-from ._requests import decode_json, response_error, run_id_of, stream_request
-from .errors import NetworkError, StreamError, describe_transport_error
+from ._cursor import ChunkError, ReconnectEvent, RetryPolicy
+from ._requests import StreamBase, TurnBase, decode_json
+from .errors import NetworkError, describe_transport_error
 
 Pair = tuple[dict[str, Any], UIMessageChunk]
+
+
+class _AsyncChunks(AsyncIterator[UIMessageChunk]):
+    """What both async streams add to iterating: :meth:`collect`, and ``async with`` that closes them."""
+
+    async def collect(self) -> list[UIMessageChunk]:
+        """Every remaining chunk, up to ``finish`` (a turn's: to the turn's end)."""
+        return [chunk async for chunk in self]
+
+    async def aclose(self) -> None:
+        """Stop reading."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 class AsyncChatClient:
@@ -100,8 +119,6 @@ class AsyncChatClient:
             response = await self._http.request(method, url, json=body, headers=self.headers)
         except httpx.RequestError as exc:
             raise NetworkError(describe_transport_error(exc, url)) from None
-        if not response.is_success:
-            raise response_error(response, response.content)
         return decode_json(response)
 
     async def aclose(self) -> None:
@@ -116,7 +133,7 @@ class AsyncChatClient:
         await self.aclose()
 
 
-class AsyncChunkStream:
+class AsyncChunkStream(StreamBase, _AsyncChunks):
     """The asynchronous :class:`~durable_harness.client.ChunkStream` (``async for``; ``aclose()``)."""
 
     def __init__(
@@ -124,39 +141,9 @@ class AsyncChunkStream:
         start_index: int = 0, drop_orphans: bool = True,
     ) -> None:  # fmt: skip
         """A stream that starts with the POST ``post``, or with ``GET`` of ``run_id`` at ``start_index``."""
+        super().__init__(client, post=post, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
         self._client = client
-        self._post = post
-        self.cursor = StreamCursor(client.retry, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
-        """Position and reconnect state."""
         self._pairs = self._run()
-
-    @property
-    def run_id(self) -> str | None:
-        """The run id; None before the response."""
-        return self.cursor.run_id
-
-    @property
-    def index(self) -> int:
-        """Chunks received, as an absolute index into the run's log."""
-        return self.cursor.index
-
-    @property
-    def finished(self) -> bool:
-        """Whether ``finish`` arrived."""
-        return self.cursor.finished
-
-    @property
-    def finish_reason(self) -> str | None:
-        """The ``finishReason`` of ``finish``."""
-        return self.cursor.finish_reason
-
-    @property
-    def reconnects(self) -> int:
-        """How many times the stream was resumed."""
-        return self.cursor.reconnects
-
-    def __aiter__(self) -> AsyncChunkStream:
-        return self
 
     async def __anext__(self) -> UIMessageChunk:
         return (await self._pairs.__anext__())[1]
@@ -165,45 +152,26 @@ class AsyncChunkStream:
         """The next chunk as ``(JSON object as received, typed chunk)``; StopAsyncIteration at the end."""
         return await self._pairs.__anext__()
 
-    async def collect(self) -> list[UIMessageChunk]:
-        """Every remaining chunk, up to ``finish``."""
-        return [chunk async for chunk in self]
-
     async def aclose(self) -> None:
         """Stop reading (closes the open response)."""
         await self._pairs.aclose()
-
-    async def __aenter__(self) -> AsyncChunkStream:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def _run(self) -> AsyncGenerator[Pair, None]:
         client, cursor = self._client, self.cursor
         initial = True
         while True:
-            request = stream_request(client._http, client.url, client.headers, cursor, self._post if initial else None)
+            request = self._request(client._http, client.url, client.headers, initial=initial)
             error: str | None = None
             try:
                 response = await client._http.send(request, stream=True)
             except httpx.RequestError as exc:
-                if initial:
-                    raise NetworkError(describe_transport_error(exc, str(request.url))) from None
-                error = describe_transport_error(exc, str(request.url))
+                error = self._transport_failure(exc, request, initial=initial)
             else:
                 try:
                     if not response.is_success:
-                        failure = response_error(response, await response.aread())
-                        if initial or response.status_code not in client.retry.retry_statuses:
-                            raise failure
-                        error = str(failure)
+                        error = self._status_failure(response, await response.aread(), initial=initial)
                     else:
-                        if initial and self._post is not None:
-                            cursor.run_id = run_id_of(response)
-                        cursor.opened(response.headers)
+                        self._opened(response, initial=initial)
                         async for data in response.aiter_bytes():
                             for pair in cursor.feed(data):
                                 yield pair
@@ -241,24 +209,8 @@ class AsyncConversation(ConversationBase["AsyncChatClient", "AsyncTurnStream"]):
         return AsyncTurnStream(self.client, self.state, None)
 
 
-class AsyncTurnStream:
+class AsyncTurnStream(TurnBase[AsyncChunkStream], _AsyncChunks):
     """The chunks of one conversation turn (``async for``), applied to the conversation as they arrive."""
-
-    def __init__(self, client: AsyncChatClient, state: ConversationState, stream: AsyncChunkStream | None) -> None:
-        """A turn of ``state`` reading ``stream`` (None: nothing to send)."""
-        self._client = client
-        self._state = state
-        self._turn = state.turn
-        self.stream = stream
-        """The underlying chunk stream (None when nothing was sent)."""
-
-    @property
-    def run_id(self) -> str | None:
-        """The turn's run id, once known."""
-        return self.stream.run_id if self.stream is not None else None
-
-    def __aiter__(self) -> AsyncTurnStream:
-        return self
 
     async def __anext__(self) -> UIMessageChunk:
         if self.stream is None:
@@ -273,32 +225,8 @@ class AsyncTurnStream:
         self._state.apply(raw)
         return chunk
 
-    def resume(self) -> AsyncTurnStream:
-        """After an error or an interruption (Ctrl-C) cut the stream, go on reading the run from the
-        first chunk not yet received (``GET …?startIndex=N``), into the same assistant message."""
-        stream = self.stream
-        if stream is None or stream.run_id is None:
-            raise StreamError("nothing to resume: the turn's run is not known")
-        if self._state.turn != self._turn:
-            raise StreamError("nothing to resume: another turn has started since")
-        if not stream.finished:
-            self.stream = self._client.resume(stream.run_id, stream.index)
-        return self
-
-    async def collect(self) -> list[UIMessageChunk]:
-        """Read the turn to its end; returns its chunks."""
-        return [chunk async for chunk in self]
-
     async def aclose(self) -> None:
         """Stop reading; what arrived so far stays in the history."""
         if self.stream is not None:
             await self.stream.aclose()
         self._state.end()
-
-    async def __aenter__(self) -> AsyncTurnStream:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -15,7 +15,6 @@ from ._common import (
     DEFAULT_URL,
     ApprovalAnswers,
     ConversationBase,
-    ConversationState,
     Messages,
     approvals_body,
     base_url,
@@ -23,11 +22,29 @@ from ._common import (
     request_headers,
     run_path,
 )
-from ._cursor import ChunkError, ReconnectEvent, RetryPolicy, StreamCursor
-from ._requests import decode_json, response_error, run_id_of, stream_request
-from .errors import NetworkError, StreamError, describe_transport_error
+from ._cursor import ChunkError, ReconnectEvent, RetryPolicy
+from ._requests import StreamBase, TurnBase, decode_json
+from .errors import NetworkError, describe_transport_error
 
 Pair = tuple[dict[str, Any], UIMessageChunk]
+
+
+class _Chunks(Iterator[UIMessageChunk]):
+    """What both sync streams add to iterating: :meth:`collect`, and ``with`` that closes them."""
+
+    def collect(self) -> list[UIMessageChunk]:
+        """Every remaining chunk, up to ``finish`` (a turn's: to the turn's end)."""
+        return list(self)
+
+    def close(self) -> None:
+        """Stop reading."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
 
 class ChatClient:
@@ -121,8 +138,6 @@ class ChatClient:
             response = self._http.request(method, url, json=body, headers=self.headers)
         except httpx.RequestError as exc:
             raise NetworkError(describe_transport_error(exc, url)) from None
-        if not response.is_success:
-            raise response_error(response, response.content)
         return decode_json(response)
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -139,7 +154,7 @@ class ChatClient:
         self.close()
 
 
-class ChunkStream(Iterator[UIMessageChunk]):
+class ChunkStream(StreamBase, _Chunks):
     """The chunks of one run, across as many responses as it takes to reach ``finish``.
 
     Iterating yields every chunk received, in log order, as a typed model (the transport's
@@ -152,39 +167,9 @@ class ChunkStream(Iterator[UIMessageChunk]):
         start_index: int = 0, drop_orphans: bool = True,
     ) -> None:  # fmt: skip
         """A stream that starts with the POST ``post``, or with ``GET`` of ``run_id`` at ``start_index``."""
+        super().__init__(client, post=post, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
         self._client = client
-        self._post = post
-        self.cursor = StreamCursor(client.retry, run_id=run_id, start_index=start_index, drop_orphans=drop_orphans)
-        """Position and reconnect state."""
         self._pairs = self._run()
-
-    @property
-    def run_id(self) -> str | None:
-        """The run id (``x-workflow-run-id`` of the POST); None before the response."""
-        return self.cursor.run_id
-
-    @property
-    def index(self) -> int:
-        """Chunks received, as an absolute index into the run's log."""
-        return self.cursor.index
-
-    @property
-    def finished(self) -> bool:
-        """Whether ``finish`` arrived."""
-        return self.cursor.finished
-
-    @property
-    def finish_reason(self) -> str | None:
-        """The ``finishReason`` of ``finish``."""
-        return self.cursor.finish_reason
-
-    @property
-    def reconnects(self) -> int:
-        """How many times the stream was resumed."""
-        return self.cursor.reconnects
-
-    def __iter__(self) -> ChunkStream:
-        return self
 
     def __next__(self) -> UIMessageChunk:
         return next(self._pairs)[1]
@@ -193,43 +178,26 @@ class ChunkStream(Iterator[UIMessageChunk]):
         """The next chunk as ``(JSON object as received, typed chunk)``."""
         return next(self._pairs)
 
-    def collect(self) -> list[UIMessageChunk]:
-        """Every remaining chunk, up to ``finish``."""
-        return list(self)
-
     def close(self) -> None:
         """Stop reading (closes the open response)."""
         self._pairs.close()
-
-    def __enter__(self) -> ChunkStream:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
     def _run(self) -> Generator[Pair, None, None]:
         client, cursor = self._client, self.cursor
         initial = True
         while True:
-            request = stream_request(client._http, client.url, client.headers, cursor, self._post if initial else None)
+            request = self._request(client._http, client.url, client.headers, initial=initial)
             error: str | None = None
             try:
                 response = client._http.send(request, stream=True)
             except httpx.RequestError as exc:
-                if initial:
-                    raise NetworkError(describe_transport_error(exc, str(request.url))) from None
-                error = describe_transport_error(exc, str(request.url))
+                error = self._transport_failure(exc, request, initial=initial)
             else:
                 try:
                     if not response.is_success:
-                        failure = response_error(response, response.read())
-                        if initial or response.status_code not in client.retry.retry_statuses:
-                            raise failure
-                        error = str(failure)
+                        error = self._status_failure(response, response.read(), initial=initial)
                     else:
-                        if initial and self._post is not None:
-                            cursor.run_id = run_id_of(response)
-                        cursor.opened(response.headers)
+                        self._opened(response, initial=initial)
                         for data in response.iter_bytes():
                             for pair in cursor.feed(data):
                                 yield pair
@@ -263,24 +231,8 @@ class Conversation(ConversationBase["ChatClient", "TurnStream"]):
         return TurnStream(self.client, self.state, None)
 
 
-class TurnStream(Iterator[UIMessageChunk]):
+class TurnStream(TurnBase[ChunkStream], _Chunks):
     """The chunks of one conversation turn; each is applied to the conversation as it is yielded."""
-
-    def __init__(self, client: ChatClient, state: ConversationState, stream: ChunkStream | None) -> None:
-        """A turn of ``state`` reading ``stream`` (None: nothing to send)."""
-        self._client = client
-        self._state = state
-        self._turn = state.turn
-        self.stream = stream
-        """The underlying chunk stream (None when nothing was sent)."""
-
-    @property
-    def run_id(self) -> str | None:
-        """The turn's run id, once known."""
-        return self.stream.run_id if self.stream is not None else None
-
-    def __iter__(self) -> TurnStream:
-        return self
 
     def __next__(self) -> UIMessageChunk:
         if self.stream is None:
@@ -295,30 +247,8 @@ class TurnStream(Iterator[UIMessageChunk]):
         self._state.apply(raw)
         return chunk
 
-    def resume(self) -> TurnStream:
-        """After an error or an interruption (Ctrl-C) cut the stream, go on reading the run from the
-        first chunk not yet received (``GET …?startIndex=N``), into the same assistant message."""
-        stream = self.stream
-        if stream is None or stream.run_id is None:
-            raise StreamError("nothing to resume: the turn's run is not known")
-        if self._state.turn != self._turn:
-            raise StreamError("nothing to resume: another turn has started since")
-        if not stream.finished:
-            self.stream = self._client.resume(stream.run_id, stream.index)
-        return self
-
-    def collect(self) -> list[UIMessageChunk]:
-        """Read the turn to its end; returns its chunks."""
-        return list(self)
-
     def close(self) -> None:
         """Stop reading; what arrived so far stays in the history."""
         if self.stream is not None:
             self.stream.close()
         self._state.end()
-
-    def __enter__(self) -> TurnStream:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()

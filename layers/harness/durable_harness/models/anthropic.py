@@ -25,6 +25,7 @@ yielded as text. Anthropic rejects forced tool use while extended thinking is on
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator, Iterable
@@ -55,16 +56,15 @@ from .base import ModelRequest, ModelStreamPart
 from .provider_utils import (
     STANDARD_SETTINGS,
     ApiKey,
-    ClientCache,
+    HttpModel,
+    add_turn,
     error_detail,
-    http_error,
-    iter_sse_data,
+    forced_tool,
     merge_provider_settings,
     parse_data_url,
     redact,
     tool_input_object,
     tool_output_text,
-    transport_error,
     unsupported_settings,
 )
 
@@ -84,7 +84,7 @@ _STOP_REASONS = {
 _RETRYABLE_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
 
-class AnthropicModel:
+class AnthropicModel(HttpModel):
     """A Claude model through the Messages API.
 
     ``api_key`` defaults to the Secrets Manager secret named by ``ANTHROPIC_API_KEY_SECRET_ARN``
@@ -94,6 +94,9 @@ class AnthropicModel:
     ``client`` to share an :class:`httpx.AsyncClient`; otherwise one client per event loop is made,
     without retries. ``headers`` (e.g. ``anthropic-beta``) are added to every request.
     """
+
+    provider = "Anthropic"
+    default_base_url = DEFAULT_BASE_URL
 
     def __init__(
         self,
@@ -106,26 +109,12 @@ class AnthropicModel:
         anthropic_version: str = "2023-06-01",
         headers: dict[str, str] | None = None,
     ) -> None:
-        self.model = model
-        self._api_key = ApiKey("Anthropic", "ANTHROPIC_API_KEY", api_key, parameter="AnthropicApiKeySecretArn")
-        self.base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        key = ApiKey("Anthropic", "ANTHROPIC_API_KEY", api_key, parameter="AnthropicApiKeySecretArn")
+        super().__init__(
+            model, key, base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL, client, headers
+        )
         self.max_tokens = max_tokens
         self.anthropic_version = anthropic_version
-        self.headers = dict(headers or {})
-        self._client = client
-        self._clients = ClientCache()
-
-    @property
-    def model_id(self) -> str:
-        """``"anthropic:<model>"``."""
-        return f"anthropic:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model made for the running loop (a given client is left open)."""
-        await self._clients.aclose()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body of the Messages API request for ``request``."""
@@ -147,8 +136,7 @@ class AnthropicModel:
         tool_choice: dict[str, Any] | None = None
         if tools:
             if isinstance(choice, dict):
-                name = choice.get("toolName") or choice.get("tool_name") or choice.get("name")
-                tool_choice = {"type": "tool", "name": name}
+                tool_choice = {"type": "tool", "name": forced_tool(choice)}
             else:
                 tool_choice = {"type": {"auto": "auto", "none": "none", "required": "any"}[choice]}
         if request.response_format is not None:
@@ -183,9 +171,7 @@ class AnthropicModel:
         body = self.request_body(request)
         supported = {"max_output_tokens", "temperature", "top_p", "top_k", "stop_sequences"}
         warnings = unsupported_settings(request.settings, supported & STANDARD_SETTINGS)
-        api_key = await self._api_key.aget()
-        if not api_key and self.base_url == DEFAULT_BASE_URL:
-            raise self._api_key.missing()
+        api_key = await self.api_key()
         headers = {
             "content-type": "application/json",
             "accept": "text/event-stream",
@@ -194,20 +180,14 @@ class AnthropicModel:
         }
         if api_key:
             headers["x-api-key"] = api_key
-        client = self._client or self._clients.get()
         secrets = (api_key,)
         state = _StreamState(default_model=self.model, warnings=warnings, json_mode=request.response_format is not None)
-        try:
-            async with client.stream("POST", f"{self.base_url}/v1/messages", json=body, headers=headers) as response:
-                if response.status_code >= 400:
-                    raise http_error("Anthropic", response, await response.aread(), secrets)
-                async for data in iter_sse_data(response):
-                    for part in state.on_event(data, secrets):
-                        yield part
-                    if state.stopped:
-                        break
-        except httpx.HTTPError as exc:
-            raise transport_error("Anthropic", exc, secrets) from None
+        async with contextlib.aclosing(self.post_sse("/v1/messages", headers, secrets, json=body)) as events:
+            async for data in events:
+                for part in state.on_event(data, secrets):
+                    yield part
+                if state.stopped:
+                    break
         if not state.stopped:
             raise ModelError("Anthropic stream ended before message_stop", retryable=True)
 
@@ -236,10 +216,7 @@ def convert_messages(request: ModelRequest) -> tuple[list[dict[str, Any]], list[
             continue
         if message.provider_options:
             blocks[-1] = _with_cache(blocks[-1], message.provider_options)
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"] += blocks
-        else:
-            messages.append({"role": role, "content": blocks})
+        add_turn(messages, role, blocks)
     return system, messages
 
 

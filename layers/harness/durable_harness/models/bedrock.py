@@ -59,6 +59,8 @@ from .base import ModelRequest, ModelStreamPart
 from .bedrock_errors import model_error
 from .provider_utils import (
     STANDARD_SETTINGS,
+    add_turn,
+    forced_tool,
     merge_provider_settings,
     parse_data_url,
     tool_input_object,
@@ -189,8 +191,7 @@ class BedrockConverseModel:
             tool_config: dict[str, Any] = {"tools": specs}
             choice = request.tool_choice
             if isinstance(choice, dict):
-                name = choice.get("toolName") or choice.get("tool_name") or choice.get("name")
-                tool_config["toolChoice"] = {"tool": {"name": name}}
+                tool_config["toolChoice"] = {"tool": {"name": forced_tool(choice)}}
             elif choice == "required":
                 tool_config["toolChoice"] = {"any": {}}
             arguments["toolConfig"] = tool_config  # "auto" is the default: not every model accepts it
@@ -270,10 +271,7 @@ def convert_messages(
         role, blocks = _convert(message, tools_allowed)
         if not blocks:
             continue
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"] += blocks
-        else:
-            messages.append({"role": role, "content": blocks})
+        add_turn(messages, role, blocks)
     return system, messages
 
 

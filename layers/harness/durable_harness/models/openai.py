@@ -21,6 +21,7 @@ The HTTP helpers shared with the other providers live in :mod:`.provider_utils`.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator, Iterable
@@ -48,16 +49,14 @@ from .base import ModelRequest, ModelStreamPart
 from .provider_utils import (
     STANDARD_SETTINGS,
     ApiKey,
-    ClientCache,
+    HttpModel,
     error_detail,
-    http_error,
-    iter_sse_data,
+    forced_tool,
     merge_provider_settings,
     parse_data_url,
     redact,
     tool_input_text,
     tool_output_text,
-    transport_error,
     unsupported_settings,
 )
 
@@ -75,7 +74,7 @@ _CLIENT_ERROR_TYPES = frozenset(
 )
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HttpModel):
     """A Chat Completions model of OpenAI or of any OpenAI-compatible server (``base_url``).
 
     ``api_key`` defaults to the Secrets Manager secret named by ``OPENAI_API_KEY_SECRET_ARN`` (as
@@ -86,6 +85,9 @@ class OpenAIChatModel:
     per event loop is made, without retries. ``headers`` are added to every request.
     """
 
+    provider = "OpenAI"
+    default_base_url = DEFAULT_BASE_URL
+
     def __init__(
         self,
         model: str,
@@ -95,24 +97,8 @@ class OpenAIChatModel:
         client: httpx.AsyncClient | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        self.model = model
-        self._api_key = ApiKey("OpenAI", "OPENAI_API_KEY", api_key, parameter="OpenAIApiKeySecretArn")
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        self.headers = dict(headers or {})
-        self._client = client
-        self._clients = ClientCache()
-
-    @property
-    def model_id(self) -> str:
-        """``"openai:<model>"``."""
-        return f"openai:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r})"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model made for the running loop (a given client is left open)."""
-        await self._clients.aclose()
+        key = ApiKey("OpenAI", "OPENAI_API_KEY", api_key, parameter="OpenAIApiKeySecretArn")
+        super().__init__(model, key, base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, client, headers)
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body of the Chat Completions request for ``request``."""
@@ -167,37 +153,26 @@ class OpenAIChatModel:
         """Call the model once and yield its parts."""
         content = self.request_content(request)
         warnings = unsupported_settings(request.settings, STANDARD_SETTINGS - {"top_k"})
-        api_key = await self._api_key.aget()
-        if not api_key and self.base_url == DEFAULT_BASE_URL:
-            raise self._api_key.missing()
+        api_key = await self.api_key()
         headers = {"content-type": "application/json", "accept": "text/event-stream", **self.headers}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        client = self._client or self._clients.get()
         secrets = (api_key,)
-        try:
-            async with client.stream(
-                "POST", f"{self.base_url}/chat/completions", content=content, headers=headers
-            ) as response:
-                if response.status_code >= 400:
-                    raise http_error("OpenAI", response, await response.aread(), secrets)
-                state = _StreamState(default_model=self.model, warnings=warnings)
-                async for data in iter_sse_data(response):
-                    if data == "[DONE]":
-                        state.done = True
-                        break
-                    for part in state.on_chunk(data, secrets):
-                        yield part
-                for part in state.on_end():
+        state = _StreamState(default_model=self.model, warnings=warnings)
+        async with contextlib.aclosing(self.post_sse("/chat/completions", headers, secrets, content=content)) as events:
+            async for data in events:
+                if data == "[DONE]":
+                    state.done = True
+                    break
+                for part in state.on_chunk(data, secrets):
                     yield part
-        except httpx.HTTPError as exc:
-            raise transport_error("OpenAI", exc, secrets) from None
+        for part in state.on_end():
+            yield part
 
 
 def _tool_choice(choice: str | dict[str, str]) -> Any:
     if isinstance(choice, dict):
-        name = choice.get("toolName") or choice.get("tool_name") or choice.get("name")
-        return {"type": "function", "function": {"name": name}}
+        return {"type": "function", "function": {"name": forced_tool(choice)}}
     return choice
 
 

@@ -1,6 +1,6 @@
 """HTTP and message helpers the model providers share: SSE reading, error mapping, ``Retry-After``
-parsing, ``data:`` URLs, key redaction, tool input/output text, settings checks, client caching, and
-where API keys come from (:class:`ApiKey`)."""
+parsing, ``data:`` URLs, key redaction, tool input/output text, settings checks, client caching,
+where API keys come from (:class:`ApiKey`), and the base of the HTTP providers (:class:`HttpModel`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote_to_bytes
 
 from ..errors import ModelError, SecretError, SecretUnavailableError
@@ -201,6 +201,20 @@ def merge_provider_settings(body: dict[str, Any], extra: Any) -> None:
             body[key] = value
 
 
+def forced_tool(choice: Mapping[str, str]) -> str | None:
+    """The tool a ``tool_choice`` object forces: its ``toolName`` (the AI SDK's), ``tool_name`` or ``name``."""
+    return choice.get("toolName") or choice.get("tool_name") or choice.get("name")
+
+
+def add_turn(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    """Append ``blocks`` as a ``role`` message, or to the last message when it has that role (the
+    Messages and Converse APIs want the roles to alternate)."""
+    if messages and messages[-1]["role"] == role:
+        messages[-1]["content"] += blocks
+    else:
+        messages.append({"role": role, "content": blocks})
+
+
 def unsupported_settings(settings: Mapping[str, Any], supported: Iterable[str]) -> list[hp.CallWarning]:
     """Warnings for the standard settings this provider ignores and for unknown keys."""
     allowed = set(supported) | PROVIDER_SETTINGS
@@ -309,3 +323,65 @@ class ApiKey:
             # Never quoted: the JSON may well hold the key.
             raise ModelError(f"{where} holds JSON: store the key itself as its value, as plain text.")
         return key
+
+
+# --- the HTTP providers' base ---------------------------------------------------------------------
+
+
+class HttpModel:
+    """What the HTTP model providers share: the model name, the API key (:class:`ApiKey`), the base
+    URL, the headers added to every request, the HTTP client (given, or one per event loop without
+    retries), and the streamed POST whose errors become :class:`ModelError` with the key redacted."""
+
+    provider: ClassVar[str]
+    """The provider's name in errors (``"OpenAI"``); lower-cased, the prefix of :attr:`model_id`."""
+    default_base_url: ClassVar[str]
+    """The provider's own API: calling it needs a key."""
+
+    def __init__(
+        self, model: str, api_key: ApiKey, base_url: str, client: httpx.AsyncClient | None,
+        headers: dict[str, str] | None,
+    ) -> None:  # fmt: skip
+        self.model = model
+        self._api_key = api_key
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers or {})
+        self._client = client
+        self._clients = ClientCache()
+
+    @property
+    def model_id(self) -> str:
+        """``"<provider>:<model>"``, e.g. ``"openai:gpt-4o"``."""
+        return f"{self.provider.lower()}:{self.model}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this model made for the running loop (a given client is left open)."""
+        await self._clients.aclose()
+
+    async def api_key(self) -> str | None:
+        """The key of this call; :class:`ModelError` when the provider's own API would get none."""
+        api_key = await self._api_key.aget()
+        if not api_key and self.base_url == self.default_base_url:
+            raise self._api_key.missing()
+        return api_key
+
+    async def post_sse(
+        self, path: str, headers: dict[str, str], secrets: tuple[str | None, ...], **body: Any
+    ) -> AsyncGenerator[str, None]:
+        """The ``data`` of each event of the streamed ``POST {base_url}{path}`` (``body``: httpx's
+        ``json=`` or ``content=``). Read it inside :func:`contextlib.aclosing`, so that stopping
+        early closes the response."""
+        import httpx
+
+        client = self._client or self._clients.get()
+        try:
+            async with client.stream("POST", f"{self.base_url}{path}", headers=headers, **body) as response:
+                if response.status_code >= 400:
+                    raise http_error(self.provider, response, await response.aread(), secrets)
+                async for data in iter_sse_data(response):
+                    yield data
+        except httpx.HTTPError as exc:
+            raise transport_error(self.provider, exc, secrets) from None

@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
 
-from ..errors import ProtocolError, UnknownPartTypeError
+from ..errors import ProtocolError
 from ..wire import RARE, JSONValue, ProviderMetadata
-from .ui_chunks import FinishReasonName, StrictWireModel, validate_wire
+from .ui_chunks import FinishReasonName, StrictWireModel, validate_tagged
 
 HarnessMetadata = dict[str, dict[str, JSONValue]]
 """``Record<string, Record<string, JSONValue>>``; the outer key is the harness id."""
@@ -302,15 +302,7 @@ def decode_part(obj: dict[str, Any] | str | bytes) -> HarnessStreamPart:
             obj = json.loads(obj)
         except ValueError as exc:
             raise ProtocolError(f"harness stream part is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError(f"a harness stream part must be a JSON object, got {type(obj).__name__}")
-    kind = obj.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError('a harness stream part needs a string "type"')
-    cls = PART_CLASSES.get(kind)
-    if cls is None:
-        raise UnknownPartTypeError(f'unknown harness stream part type "{kind}"')
-    return validate_wire(cls, obj, f'harness stream part "{kind}"')  # type: ignore[return-value]
+    return validate_tagged(obj, PART_CLASSES, "harness stream part")  # type: ignore[return-value]
 
 
 def encode_part(part: HarnessPartModel) -> str:

@@ -23,9 +23,6 @@ SSE_DONE: bytes = b"data: [DONE]\n\n"
 SSE_KEEPALIVE: bytes = b": keep-alive\n\n"
 """An SSE comment that keeps idle proxies from closing the connection; the client ignores it."""
 
-SSE_STREAM_OPEN: bytes = b": stream-open\n\n"
-"""The comment ``ai`` 7.0.173 writes first when keep-alives are on; a way to flush headers early."""
-
 UI_MESSAGE_STREAM_HEADER_MAP: Mapping[str, str] = {
     "content-type": "text/event-stream",
     "cache-control": "no-cache",
@@ -132,12 +129,6 @@ class SSEParser:
         if name == "data":
             self._data.append(value)
         return None
-
-
-def parse_sse(body: bytes, *, skip_done: bool = True) -> list[str]:
-    """The data of every complete event of a whole SSE body."""
-    parser = SSEParser(skip_done=skip_done)
-    return parser.feed(body) + parser.close()
 
 
 # --- partial JSON (streamed tool input) ----------------------------------------------------------

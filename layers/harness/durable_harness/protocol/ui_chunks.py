@@ -6,7 +6,7 @@ fields absent, never ``null`` (except ``unknown`` ones); extra keys accepted and
 base below is shared by the other wire modules.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias, TypeVar
 
 from pydantic import AfterValidator, ConfigDict, ValidationError, ValidationInfo
@@ -104,6 +104,23 @@ def validate_wire(cls: type[_ModelT], obj: Any, what: str) -> _ModelT:
         return cls.model_validate(obj, context=WIRE_CONTEXT, by_name=False)
     except ValidationError as exc:
         raise ProtocolError(f"{what}: {describe_validation_error(exc, obj)}") from None
+
+
+def validate_tagged(
+    obj: Any, classes: Mapping[str, type[_ModelT]], what: str, *, data: type[_ModelT] | None = None
+) -> _ModelT:
+    """Validate the JSON object of one of ``classes``, picked by its ``type`` (``data``: the class of
+    any ``data-*`` type): :class:`UnknownPartTypeError` for another ``type``, else a
+    :class:`ProtocolError` naming ``what``, the type and the field."""
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"a {what} must be a JSON object, got {type(obj).__name__}")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(f'a {what} needs a string "type"')
+    cls = classes.get(kind) or (data if data is not None and kind.startswith("data-") else None)
+    if cls is None:
+        raise UnknownPartTypeError(f'unknown {what} type "{kind}"')
+    return validate_wire(cls, obj, f'{what} "{kind}"')
 
 
 # --- chunks ---------------------------------------------------------------------------------------
@@ -441,17 +458,7 @@ CHUNK_CLASSES: dict[str, type[UIChunkModel]] = {
 def parse_ui_chunk(obj: Any) -> UIMessageChunk:
     """A UI chunk from its JSON object, validated like the transport's schema: an unknown ``type``
     raises :class:`UnknownPartTypeError`, anything else :class:`ProtocolError` naming the field."""
-    if not isinstance(obj, dict):
-        raise ProtocolError(f"a UI message chunk must be a JSON object, got {type(obj).__name__}")
-    kind = obj.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError('a UI message chunk needs a string "type"')
-    cls = CHUNK_CLASSES.get(kind)
-    if cls is None:
-        if not kind.startswith("data-"):
-            raise UnknownPartTypeError(f'unknown UI message chunk type "{kind}"')
-        cls = DataChunk
-    return validate_wire(cls, obj, f'UI message chunk "{kind}"')  # type: ignore[return-value]
+    return validate_tagged(obj, CHUNK_CLASSES, "UI message chunk", data=DataChunk)  # type: ignore[return-value]
 
 
 def encode_ui_chunk(chunk: UIChunkModel) -> str:

@@ -7,25 +7,32 @@ from typing import Any
 from .. import __version__
 from ..ids import MAX_CHAT_ID
 
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    """The ``content`` of a JSON body with ``schema``."""
+    return {"application/json": {"schema": schema}}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    """A required JSON request body with ``schema``."""
+    return {"required": True, "content": _json(schema)}
+
+
 _RUN_ID = {"type": "string", "pattern": "^wrun_[0-9a-z]{26}$", "description": "A run id (from x-workflow-run-id)."}
 _ERROR = {
     "description": "An error; `code` names it, `message` says what to fix.",
-    "content": {
-        "application/json": {
-            "schema": {
+    "content": _json({
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
                 "type": "object",
-                "required": ["error"],
-                "properties": {
-                    "error": {
-                        "type": "object",
-                        "required": ["code", "message"],
-                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-                    }
-                },
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
             }
-        }
-    },
-}
+        },
+    }),
+}  # fmt: skip
 _SSE = {
     "description": "The run's UI message chunks as server-sent events, ending with `finish` (then `[DONE]`).",
     "headers": {
@@ -58,17 +65,14 @@ _UI_MESSAGE = {
             "type": {"type": "string"}}}},
     },
 }  # fmt: skip
-_JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_JSON_OBJECT = _json({"type": "object"})
 _EVENT_NAME = {
     "name": "name",
     "in": "path",
     "required": True,
     "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"},
 }
-_EVENT_BODY = {
-    "required": True,
-    "content": {"application/json": {"schema": {"description": "Any JSON, at most 256 KB."}}},
-}
+_EVENT_BODY = _body({"description": "Any JSON, at most 256 KB."})
 _DELIVERED = {
     "description": "Recorded: `outcome` is `resumed` (the run waited for it) or `kept`; a duplicate is a 409 "
     "with the first delivery's outcome.",
@@ -90,70 +94,62 @@ _LIST_PARAMETERS = [
         "schema": {"type": "string"},
     },
 ]
-_RUN_LIST = {
-    "application/json": {
-        "schema": {
-            "type": "object",
-            "required": ["runs", "nextCursor"],
-            "properties": {
-                "runs": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["runId", "status", "createdAt", "chatId"],
-                        "properties": {
-                            "runId": _RUN_ID,
-                            "status": {"type": "string"},
-                            "createdAt": {"type": "string", "description": "ISO 8601, UTC."},
-                            "chatId": {"type": ["string", "null"]},
-                            "agent": {"type": "string"},
-                        },
-                    },
+_RUN_LIST = _json({
+    "type": "object",
+    "required": ["runs", "nextCursor"],
+    "properties": {
+        "runs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["runId", "status", "createdAt", "chatId"],
+                "properties": {
+                    "runId": _RUN_ID,
+                    "status": {"type": "string"},
+                    "createdAt": {"type": "string", "description": "ISO 8601, UTC."},
+                    "chatId": {"type": ["string", "null"]},
+                    "agent": {"type": "string"},
                 },
-                "nextCursor": {"type": ["string", "null"], "description": "The next page's cursor; null: the last."},
             },
-        }
-    }
-}
+        },
+        "nextCursor": {"type": ["string", "null"], "description": "The next page's cursor; null: the last."},
+    },
+})  # fmt: skip
 _USAGE = {
     "type": "object",
     "required": ["inputTokens", "outputTokens", "totalTokens"],
     "properties": {k: {"type": "integer"} for k in ("inputTokens", "outputTokens", "totalTokens")},
 }
-_RESULT = {
-    "application/json": {
-        "schema": {
-            "type": "object",
-            "required": ["runId", "status", "text", "finishReason", "totalUsage", "steps", "responseMessages"],
-            "properties": {
-                "runId": _RUN_ID,
-                "status": {"type": "string"},
-                "text": {"type": "string", "description": "The last step's text."},
-                "output": {"description": "The structured output, when the agent has one."},
-                "finishReason": {"type": "string"},
-                "totalUsage": _USAGE,
-                "steps": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["stepNumber", "finishReason", "usage", "text", "toolCalls", "toolResults"],
-                        "properties": {
-                            "stepNumber": {"type": "integer"},
-                            "finishReason": {"type": "string"},
-                            "usage": _USAGE,
-                            "text": {"type": "string"},
-                            "toolCalls": {"type": "array", "items": {"type": "object"}},
-                            "toolResults": {"type": "array", "items": {"type": "object"}},
-                        },
-                    },
+_RESULT = _json({
+    "type": "object",
+    "required": ["runId", "status", "text", "finishReason", "totalUsage", "steps", "responseMessages"],
+    "properties": {
+        "runId": _RUN_ID,
+        "status": {"type": "string"},
+        "text": {"type": "string", "description": "The last step's text."},
+        "output": {"description": "The structured output, when the agent has one."},
+        "finishReason": {"type": "string"},
+        "totalUsage": _USAGE,
+        "steps": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["stepNumber", "finishReason", "usage", "text", "toolCalls", "toolResults"],
+                "properties": {
+                    "stepNumber": {"type": "integer"},
+                    "finishReason": {"type": "string"},
+                    "usage": _USAGE,
+                    "text": {"type": "string"},
+                    "toolCalls": {"type": "array", "items": {"type": "object"}},
+                    "toolResults": {"type": "array", "items": {"type": "object"}},
                 },
-                "responseMessages": {"type": "array", "items": {"type": "object"}, "description": "ModelMessage[]"},
-                "pendingApprovals": {"type": "array", "items": {"type": "object"}},
-                "error": {"type": "string"},
             },
-        }
-    }
-}
+        },
+        "responseMessages": {"type": "array", "items": {"type": "object"}, "description": "ModelMessage[]"},
+        "pendingApprovals": {"type": "array", "items": {"type": "object"}},
+        "error": {"type": "string"},
+    },
+})  # fmt: skip
 
 
 def openapi_document() -> dict[str, Any]:
@@ -168,38 +164,33 @@ def openapi_document() -> dict[str, Any]:
             "/api/chat": {
                 "post": {
                     "summary": "Start a chat turn and stream it.",
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["messages"],
-                                    "properties": {
-                                        "id": {"type": "string", "minLength": 1, "maxLength": MAX_CHAT_ID},
-                                        "messages": {"type": "array", "minItems": 1, "items": _UI_MESSAGE},
-                                        "trigger": {
-                                            "type": "string",
-                                            "enum": ["submit-message", "regenerate-message"],
-                                            "description": "A regenerate starts a new run for the last user "
-                                            "message instead of returning the run a retried submit gets.",
-                                        },
-                                        "messageId": {
-                                            "type": "string",
-                                            "minLength": 1,
-                                            "maxLength": MAX_CHAT_ID,
-                                            "description": "With a regenerate: the assistant message it "
-                                            "replaces (the same one again is a retry: the same run).",
-                                        },
-                                    },
-                                    "additionalProperties": {
-                                        "description": "Call options (the AI SDK's `body` fields), validated "
-                                        "by the agent's `call_options` model; a bad one is a 400 naming it."
-                                    },
-                                }
-                            }
-                        },
-                    },
+                    "requestBody": _body(
+                        {
+                            "type": "object",
+                            "required": ["messages"],
+                            "properties": {
+                                "id": {"type": "string", "minLength": 1, "maxLength": MAX_CHAT_ID},
+                                "messages": {"type": "array", "minItems": 1, "items": _UI_MESSAGE},
+                                "trigger": {
+                                    "type": "string",
+                                    "enum": ["submit-message", "regenerate-message"],
+                                    "description": "A regenerate starts a new run for the last user "
+                                    "message instead of returning the run a retried submit gets.",
+                                },
+                                "messageId": {
+                                    "type": "string",
+                                    "minLength": 1,
+                                    "maxLength": MAX_CHAT_ID,
+                                    "description": "With a regenerate: the assistant message it "
+                                    "replaces (the same one again is a retry: the same run).",
+                                },
+                            },
+                            "additionalProperties": {
+                                "description": "Call options (the AI SDK's `body` fields), validated "
+                                "by the agent's `call_options` model; a bad one is a 400 naming it."
+                            },
+                        }
+                    ),
                     "responses": {"200": _SSE, **_ERRORS},
                 }
             },
@@ -255,31 +246,26 @@ def openapi_document() -> dict[str, Any]:
                 "post": {
                     "summary": "Answer a paused run's approvals; starts the continuation run.",
                     "parameters": _PATH_RUN,
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["approvals"],
-                                    "properties": {
-                                        "approvals": {
-                                            "type": "array",
-                                            "items": {
-                                                "type": "object",
-                                                "required": ["approvalId", "approved"],
-                                                "properties": {
-                                                    "approvalId": {"type": "string"},
-                                                    "approved": {"type": "boolean"},
-                                                    "reason": {"type": "string"},
-                                                },
-                                            },
-                                        }
+                    "requestBody": _body(
+                        {
+                            "type": "object",
+                            "required": ["approvals"],
+                            "properties": {
+                                "approvals": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["approvalId", "approved"],
+                                        "properties": {
+                                            "approvalId": {"type": "string"},
+                                            "approved": {"type": "boolean"},
+                                            "reason": {"type": "string"},
+                                        },
                                     },
                                 }
-                            }
-                        },
-                    },
+                            },
+                        }
+                    ),
                     "responses": {"202": {"description": "The continuation run.", "content": _JSON_OBJECT}, **_ERRORS},
                 }
             },

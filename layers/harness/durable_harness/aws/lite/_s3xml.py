@@ -1,10 +1,9 @@
-"""S3's responses shaped as botocore shapes them: header members, ListObjectsV2's XML, ``<Error>``.
+"""S3's responses shaped as botocore shapes them: header members and ``<Error>``.
 
 Only the shapes of the operations :mod:`.s3` serves, copied from botocore's S3 model (a test
 compares them with the model, so a botocore upgrade that adds a member shows up there). The
-parsing rules are botocore's ``RestXMLParser``'s: a member appears only when its header or element
-does, booleans are ``text == "true"``, integers ``int``, timestamps tz-aware ``datetime``s, a
-flattened list of one element is still a list, unknown elements are ignored.
+parsing rules are botocore's ``RestXMLParser``'s: a member appears only when its header does,
+booleans are ``text == "true"``, integers ``int``, timestamps tz-aware ``datetime``s.
 
 ``xml.etree`` (3 ms of imports) is imported on first use: reads and writes, the S3 calls on a
 chat function's path, parse no XML unless they fail.
@@ -17,25 +16,16 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import unquote_plus
 
 __all__ = [
     "DELETE_OBJECT_HEADERS",
     "GET_OBJECT_HEADERS",
-    "LIST_OBJECTS_V2",
-    "LIST_OBJECTS_V2_HEADERS",
     "PUT_OBJECT_HEADERS",
-    "Shape",
     "is_200_error",
     "parse_error",
     "parse_headers",
-    "parse_list_objects_v2",
     "parse_timestamp",
 ]
-
-Shape = dict[str, Any]
-"""A structure: member name -> ``"s"`` (string), ``"i"`` (integer), ``"b"`` (boolean), ``"t"``
-(timestamp), a nested structure (dict), or a flattened list of one shape (``[shape]``)."""
 
 
 def _headers(spec: str) -> tuple[tuple[str, str, str], ...]:
@@ -89,37 +79,6 @@ DELETE_OBJECT_HEADERS = _headers(
 )
 """DeleteObject's output members (all in headers)."""
 
-LIST_OBJECTS_V2_HEADERS = _headers("RequestCharged:x-amz-request-charged:s")
-"""ListObjectsV2's output members located in headers."""
-
-_OBJECT: Shape = {
-    "Key": "s",
-    "LastModified": "t",
-    "ETag": "s",
-    "ChecksumAlgorithm": ["s"],
-    "ChecksumType": "s",
-    "Size": "i",
-    "StorageClass": "s",
-    "Owner": {"DisplayName": "s", "ID": "s"},
-    "RestoreStatus": {"IsRestoreInProgress": "b", "RestoreExpiryDate": "t"},
-}
-LIST_OBJECTS_V2: Shape = {
-    "IsTruncated": "b",
-    "Contents": [_OBJECT],
-    "Name": "s",
-    "Prefix": "s",
-    "Delimiter": "s",
-    "MaxKeys": "i",
-    "CommonPrefixes": [{"Prefix": "s"}],
-    "EncodingType": "s",
-    "KeyCount": "i",
-    "ContinuationToken": "s",
-    "NextContinuationToken": "s",
-    "StartAfter": "s",
-}
-"""ListObjectsV2's body (root ``ListBucketResult``); a flattened list's elements repeat the
-member's own name (``Contents``, ``CommonPrefixes``, ``ChecksumAlgorithm``)."""
-
 
 def parse_timestamp(text: str) -> datetime:
     """An ISO 8601 (XML) or RFC 1123 (header) time as a tz-aware ``datetime`` (UTC when the text
@@ -172,24 +131,6 @@ def _tag(element: Any) -> str:
     return tag.rsplit("}", 1)[-1]  # drop the namespace, as botocore does
 
 
-def _structure(shape: Shape, element: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for child in element:
-        name = _tag(child)
-        kind = shape.get(name)
-        if kind is None:
-            continue
-        if isinstance(kind, list):
-            item = kind[0]
-            value = _structure(item, child) if isinstance(item, dict) else _scalar(item, child.text or "")
-            out.setdefault(name, []).append(value)
-        elif isinstance(kind, dict):
-            out[name] = _structure(kind, child)
-        else:
-            out[name] = _scalar(kind, child.text or "")  # <Prefix></Prefix> is "", not missing
-    return out
-
-
 def _xml(body: bytes) -> Any:
     """The root element of ``body``; raises ``ValueError`` for anything but well-formed XML."""
     import xml.etree.ElementTree as ET
@@ -200,24 +141,6 @@ def _xml(body: bytes) -> Any:
         return parser.close()
     except ET.ParseError as exc:
         raise ValueError(f"invalid XML from S3: {exc}") from None
-
-
-def parse_list_objects_v2(body: bytes, *, decode_keys: bool) -> dict[str, Any]:
-    """A ListObjectsV2 body as botocore's dict (without headers and ResponseMetadata).
-
-    ``decode_keys``: the request asked for ``encoding-type=url`` on its own (as botocore does
-    when the caller did not), so the keys and prefixes are URL-decoded back (botocore's
-    ``decode_list_object_v2``); ``EncodingType`` stays in the result, as botocore leaves it.
-    """
-    parsed = _structure(LIST_OBJECTS_V2, _xml(body))
-    if decode_keys and parsed.get("EncodingType") == "url":
-        for name in ("Delimiter", "Prefix", "StartAfter"):
-            if name in parsed:
-                parsed[name] = unquote_plus(parsed[name])
-        for name, key in (("Contents", "Key"), ("CommonPrefixes", "Prefix")):
-            for member in parsed.get(name, ()):
-                member[key] = unquote_plus(member[key])
-    return parsed
 
 
 def is_200_error(body: bytes) -> bool:

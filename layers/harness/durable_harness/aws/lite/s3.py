@@ -1,6 +1,6 @@
 """The S3 calls of the harness (REST-XML), with boto3's method names, arguments and results.
 
-``put_object``, ``get_object``, ``list_objects_v2`` and ``delete_object``: what the chunk log and
+``put_object``, ``get_object`` and ``delete_object``: what the chunk log and
 the checkpoint store call (``aws/chunklog/segments.py``, ``checkpoints/objects.py``), with the
 arguments they pass and a few neighbours, and results equal to a botocore client's (the tests
 compare them on the same moto). What botocore does on top of the model, done here too:
@@ -9,8 +9,6 @@ compare them on the same moto). What botocore does on top of the model, done her
   "when supported" request checksum), a get asks for the stored checksum (``x-amz-checksum-mode``)
   and checks the bytes against it; a mismatch is read again (botocore raises at ``read()``
   instead), and ``FlexibleChecksumError`` when it persists to the last attempt;
-- ``list_objects_v2`` asks for URL-encoded keys (``encoding-type=url``: a key may hold characters
-  XML cannot carry) and decodes them back, unless the caller chose an ``EncodingType``;
 - a 200 answer holding an ``<Error>`` document, or XML cut short, is retried like a 500;
 - addressing: virtual-hosted (``https://{bucket}.s3.{region}.amazonaws.com/{key}``) on AWS for a
   bucket name that is a DNS label, path-style (``{endpoint}/{bucket}/{key}``) otherwise and on a
@@ -166,39 +164,6 @@ class S3Client(LiteClient):
         response = self._call("DeleteObject", "DELETE", Bucket, _key_path(Key))
         return self._result(response, _s3xml.parse_headers(_s3xml.DELETE_OBJECT_HEADERS, response.headers))
 
-    def list_objects_v2(
-        self,
-        *,
-        Bucket: str,
-        Prefix: str | None = None,
-        Delimiter: str | None = None,
-        MaxKeys: int | None = None,
-        ContinuationToken: str | None = None,
-        StartAfter: str | None = None,
-        EncodingType: str | None = None,
-    ) -> dict[str, Any]:
-        """One page of the keys under ``Prefix`` (``Contents`` with ``LastModified`` datetimes,
-        ``IsTruncated``, ``NextContinuationToken``, ``KeyCount`` ...)."""
-        if MaxKeys is not None and (not isinstance(MaxKeys, int) or isinstance(MaxKeys, bool)):
-            raise ParamValidationError(
-                report=f"Invalid type for parameter MaxKeys, value: {MaxKeys!r}, type: {type(MaxKeys)}"
-            )
-        query = [("list-type", "2")]
-        for name, member, value in (
-            ("prefix", "Prefix", Prefix),
-            ("delimiter", "Delimiter", Delimiter),
-            ("max-keys", "MaxKeys", None if MaxKeys is None else str(MaxKeys)),
-            ("continuation-token", "ContinuationToken", ContinuationToken),
-            ("start-after", "StartAfter", StartAfter),
-            ("encoding-type", "EncodingType", EncodingType or "url"),  # botocore's default too
-        ):
-            if value is not None:
-                query.append((name, _string(member, value)))
-        response = self._call("ListObjectsV2", "GET", Bucket, "", query=query)
-        parsed = _s3xml.parse_list_objects_v2(response.body, decode_keys=EncodingType is None)
-        parsed.update(_s3xml.parse_headers(_s3xml.LIST_OBJECTS_V2_HEADERS, response.headers))
-        return self._result(response, parsed)
-
     # --- requests ----------------------------------------------------------------------------------
 
     def _call(
@@ -208,7 +173,6 @@ class S3Client(LiteClient):
         bucket: str,
         path: str,
         *,
-        query: list[tuple[str, str]] | None = None,
         headers: dict[str, str] | None = None,
         body: bytes = b"",
     ) -> Response:
@@ -223,9 +187,7 @@ class S3Client(LiteClient):
             target = f"/{path}"
         else:  # path-style: a custom endpoint, or a bucket name that is no host label (dots, capitals)
             endpoint, target = None, f"/{quote(bucket, safe='')}" + (f"/{path}" if path else "")
-        return self._request(
-            operation, method, target, query=query or (), headers=headers, body=body, endpoint=endpoint
-        )
+        return self._request(operation, method, target, headers=headers, body=body, endpoint=endpoint)
 
     def _result(self, response: Response, parsed: dict[str, Any]) -> dict[str, Any]:
         parsed["ResponseMetadata"] = self._response_metadata(response)
