@@ -54,7 +54,7 @@ from ..harness.bridge.transport import SessionSpec, SessionTransport, TransportF
 from ..protocol.sse import SSEParser
 from . import lite
 from .lite._client import THROTTLING_CODES, TRANSIENT_CODES
-from .lite.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClient, StreamingBody
+from .lite.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClient, ResponseStream
 
 __all__ = [
     "ATTACH_MARGIN_SECONDS", "RUNTIME_ARN_ENV", "RUNTIME_QUALIFIER_ENV", "AgentCoreConnection", "SessionConfigError",
@@ -160,7 +160,7 @@ class AgentCoreConnection(SessionCommands):
 
     # --- calls ------------------------------------------------------------------------------------
 
-    def invoke(self, command: Mapping[str, Any], client: AgentCoreClient | None = None) -> StreamingBody:
+    def invoke(self, command: Mapping[str, Any], client: AgentCoreClient | None = None) -> ResponseStream:
         """``InvokeAgentRuntime`` with ``command`` as the payload (blocking): the unread response body."""
         arguments: dict[str, Any] = {
             "agentRuntimeArn": self.runtime_arn, "runtimeSessionId": self.runtime_session_id,
@@ -171,7 +171,7 @@ class AgentCoreConnection(SessionCommands):
         if self.qualifier:
             arguments["qualifier"] = self.qualifier
         try:
-            body: StreamingBody = (client or self._client).invoke_agent_runtime(**arguments)["response"]
+            body: ResponseStream = (client or self._client).invoke_agent_runtime(**arguments)["response"]
         except (ClientError, BotoCoreError) as exc:
             raise _translate(exc, f"{command.get('action')} on session {self.session_id}") from exc
         return body

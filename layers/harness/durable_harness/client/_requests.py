@@ -8,7 +8,7 @@ import httpx
 
 from ._common import stream_path
 from ._cursor import RUN_ID_HEADER, StreamCursor
-from .errors import ClientError, ResponseError, StreamError
+from .errors import ChatClientError, ResponseError, StreamError
 
 CHAT_PATH = "/api/chat"
 
@@ -53,5 +53,5 @@ def decode_json(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise ClientError(f"{response.request.method} {response.request.url}: the response is not a JSON object")
+        raise ChatClientError(f"{response.request.method} {response.request.url}: the response is not a JSON object")
     return data

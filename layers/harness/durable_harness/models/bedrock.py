@@ -49,9 +49,9 @@ from ..messages import (
     ReasoningPart,
     SystemMessage,
     TextPart,
-    ToolCallPart,
+    ToolCallContent,
     ToolMessage,
-    ToolResultPart,
+    ToolResultContent,
     UserMessage,
 )
 from ..protocol import harness_parts as hp
@@ -313,7 +313,7 @@ def _convert(message: ModelMessage, tools_allowed: bool) -> tuple[str, list[dict
                     blocks.append({"reasoningContent": reasoning})
                 elif bedrock.get("redactedData"):
                     blocks.append({"reasoningContent": {"redactedContent": base64.b64decode(bedrock["redactedData"])}})
-            elif isinstance(part, ToolCallPart) and not part.provider_executed:
+            elif isinstance(part, ToolCallContent) and not part.provider_executed:
                 if tools_allowed:
                     call = {
                         "toolUseId": part.tool_call_id,
@@ -327,7 +327,7 @@ def _convert(message: ModelMessage, tools_allowed: bool) -> tuple[str, list[dict
     if isinstance(message, ToolMessage):
         results: list[dict[str, Any]] = []
         for result in message.content:
-            if not isinstance(result, ToolResultPart):
+            if not isinstance(result, ToolResultContent):
                 continue
             output = result.output
             if not tools_allowed:
