@@ -59,3 +59,34 @@ def test_a_cycle_between_two_packages_breaks_the_acyclic_contract(tmp_path: Path
     done = lint(source)
     assert done.returncode != 0
     assert "No cycles are allowed in durable_harness." in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "importer", "imported"),
+    [
+        ("models/bedrock.py", "from ..aws.clients import make_client", "models", "aws"),
+        ("models/bedrock.py", "from ..aws.lite import bedrock as _lite", "models", "aws"),
+        ("secretsmanager.py", "from .aws.runtime import client_for", "secretsmanager", "aws"),
+        ("secretsmanager.py", "from .aws._errors import translate", "secretsmanager", "aws"),
+        ("telemetry/base.py", "from ..aws.tracing import tracing_enabled as _on", "telemetry", "aws"),
+        ("harness/bridge/transport.py", "from ...aws import lite as _lite", "harness", "aws"),
+        ("harness/bridge/app.py", "from ...server import httpd as _httpd", "harness", "server"),
+    ],
+    ids=[
+        "bedrock-clients",
+        "bedrock-lite",
+        "secrets-runtime",
+        "secrets-errors",
+        "telemetry-tracing",
+        "bridge-lite",
+        "bridge-httpd",
+    ],
+)
+def test_the_core_reaching_into_the_aws_adapters_or_the_server_breaks_the_layers(
+    tmp_path: Path, module: str, line: str, importer: str, imported: str
+) -> None:
+    """The imports the contracts once excepted (the core into ``aws/lite``, the AWS clients and
+    ``server/httpd``): the core now gets those through its composition roots, and none is excepted."""
+    done = lint(copy_with(tmp_path, module, f"{line}  # noqa: E402"))
+    assert done.returncode != 0
+    assert f"durable_harness.{importer} is not allowed to import durable_harness.{imported}" in done.stdout

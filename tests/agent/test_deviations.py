@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from durable_harness import Agent, CallOptions, Timeouts, Tool, ToolContext, tool
-from durable_harness.agent.control import Usage
+from durable_harness.agent.control import TokenUsage
 from durable_harness.agent.state import StepOutcome
 from durable_harness.errors import ModelError
 from durable_harness.models.base import ModelRequest
@@ -134,11 +134,11 @@ async def test_on_end_runs_before_the_output_is_checked_and_gets_the_total_usage
     assert state.status == "failed"
     assert events[0] == ("end", None) and events[1][0] == "error" and len(events) == 2
 
-    usages: list[tuple[Any, Usage]] = []
+    usages: list[tuple[Any, TokenUsage]] = []
     answer = text_step('{"city": "Oslo", "temp_c": 4}')
     model = ScriptedModel([tool_calls_step(("c1", "add", {"a": 1, "b": 1})), answer])
 
-    def on_end(steps: Any, output: Any, usage: Usage) -> None:
+    def on_end(steps: Any, output: Any, usage: TokenUsage) -> None:
         usages.append((output, usage))
 
     agent = Agent(model=model, tools=[add], output=Answer, on_end=on_end)

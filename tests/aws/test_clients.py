@@ -163,3 +163,28 @@ def test_make_client_in_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
     assert type(make_client("dynamodb", region=REGION, session=session)).__module__ == "botocore.client"
     monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME")
     assert type(make_client("dynamodb", region=REGION)).__module__ == "botocore.client"
+
+
+def test_a_functions_root_gives_the_core_lite_clients_for_the_bedrock_model_and_the_secret_check() -> None:
+    """``function_parts`` installs the core's AWS clients (the core imports no AWS adapter): in Lambda the
+    Bedrock model's default client is the lite one with the model's settings, and the approval secret's
+    start-up read goes through the runtime's lite ``secretsmanager`` client; botocore's client stays unloaded."""
+    code = (
+        "import json, sys\n"
+        "from durable_harness import secretsmanager\n"
+        "from durable_harness.aws.runtime import function_parts\n"
+        "from durable_harness.models.bedrock import BedrockConverseModel\n"
+        "from durable_harness.settings import Settings\n"
+        f"function_parts(Settings.from_env({ENV!r}), check_secret=False)\n"
+        "model = BedrockConverseModel('amazon.nova-lite-v1:0').client\n"
+        "secrets = secretsmanager._client_factory()\n"
+        "print(json.dumps([type(model).__module__, model._max_attempts, model._read_timeout, type(secrets).__name__,\n"
+        "  [m for m in ('boto3', 'botocore.session', 'botocore.config', 'botocore.client') if m in sys.modules]]))\n"
+    )
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION,
+           "AWS_LAMBDA_FUNCTION_NAME": "chat"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [
+        "durable_harness.aws.lite.bedrock", 1, 600.0, "SecretsManagerClient", []
+    ]

@@ -91,8 +91,8 @@ def test_an_invalid_variable_is_named(name: str, value: str) -> None:
 
 
 async def test_session_runtime_agentcore_installs_the_agentcore_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_harness.aws.agentcore import AgentCoreConnection, runtime_session_id
     from durable_harness.harness.bridge import transport
-    from durable_harness.harness.bridge.agentcore import AgentCoreConnection, runtime_session_id
 
     monkeypatch.setattr(transport, "_factory", None)  # (restored after the test)
     runtime_arn = f"arn:aws:bedrock-agentcore:{REGION}:123456789012:runtime/sessions-AbC123dEf4"

@@ -14,6 +14,7 @@ import pytest
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
 from botocore.config import Config
+from durable_harness import secretsmanager
 from durable_harness.errors import FatalError, RetryableError, SecretError, SecretUnavailableError
 from durable_harness.secretsmanager import read_secret
 
@@ -77,10 +78,9 @@ def test_the_start_up_check_reads_the_approval_secret_now_and_refuses_a_short_on
     secrets: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from durable_harness.approvals import ApprovalSecret
-    from durable_harness.aws import runtime
     from durable_harness.errors import ApprovalSecretError
 
-    monkeypatch.setattr(runtime, "client_for", lambda service: secrets)  # the fixture's client: no retries
+    monkeypatch.setattr(secretsmanager, "_client_factory", lambda: secrets)  # the fixture's client: no retries
     arn = secrets.create_secret(Name="approval", SecretString="short-approval-key")["ARN"]
     monkeypatch.setenv("TOOL_APPROVAL_SECRET_ARN", arn)
     with pytest.raises(ApprovalSecretError) as raised:
@@ -105,9 +105,8 @@ def test_the_start_up_check_is_the_approval_secrets_one_read_until_it_expires(
     secrets: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from durable_harness.approvals import ApprovalSecret
-    from durable_harness.aws import runtime
 
-    monkeypatch.setattr(runtime, "client_for", lambda service: secrets)  # the check's client, and Powertools'
+    monkeypatch.setattr(secretsmanager, "_client_factory", lambda: secrets)  # the check's client, and Powertools'
     reads: list[str] = []
     secrets.meta.events.register("before-call.secrets-manager.GetSecretValue", lambda **kw: reads.append("read"))
     arn = secrets.create_secret(Name="approval-once", SecretString="k" * 32)["ARN"]

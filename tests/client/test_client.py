@@ -11,7 +11,7 @@ import pytest
 from durable_harness.client import (
     AsyncChatClient,
     ChatClient,
-    ClientError,
+    ChatClientError,
     NetworkError,
     ResponseError,
     StreamError,
@@ -189,9 +189,9 @@ def test_404_and_400_surface_the_servers_message(url: str) -> None:
 
 
 def test_network_and_url_errors_are_clear() -> None:
-    with pytest.raises(ClientError, match="invalid URL"):
+    with pytest.raises(ChatClientError, match="invalid URL"):
         ChatClient("not a url")
-    with pytest.raises(ClientError, match="invalid URL"):
+    with pytest.raises(ChatClientError, match="invalid URL"):
         ChatClient("ftp://example.com")
     with ChatClient("http://127.0.0.1:1") as client:
         with pytest.raises(NetworkError, match=r"cannot connect to http://127\.0\.0\.1:1/api/chat"):
@@ -269,7 +269,7 @@ def test_answering_an_unknown_approval_is_an_error(url: str) -> None:
     with ChatClient(url) as client:
         chat = client.conversation()
         chat.send(HELLO).collect()
-        with pytest.raises(ClientError, match="no tool call waits for approval"):
+        with pytest.raises(ChatClientError, match="no tool call waits for approval"):
             chat.answer_approval("approval-nope", True)
 
 

@@ -7,7 +7,7 @@ botocore's ``bedrock-agentcore`` model say the service does:
 
 * ``POST /runtimes/{agentRuntimeArn}/invocations?qualifier=...`` with the session in
   ``X-Amzn-Bedrock-AgentCore-Runtime-Session-Id``: each session id gets its own "microVM", here a
-  real bridge subprocess (``python -m durable_harness.harness.bridge --agentcore`` over a
+  real bridge subprocess (``python -m durable_harness.server.bridge --agentcore`` over a
   command, or the packaged entry point ``agentcore_main.py`` of a session zip; a fresh temporary
   folder each), started at the session's first invoke; the payload is POSTed to its
   ``/invocations`` with the session header and the answer is streamed back as it comes (chunked);
@@ -134,7 +134,7 @@ LOOPBACK = ("--host", "127.0.0.1", "--port", "0")
 def bridge_argv(command: Sequence[str]) -> list[str]:
     """A microVM that runs the bridge module in ``--agentcore`` mode over ``command`` (on a
     loopback port of its own: AgentCore's is 0.0.0.0:8080)."""
-    return [sys.executable, "-m", "durable_harness.harness.bridge", "--agentcore", *LOOPBACK, "--grace-seconds",
+    return [sys.executable, "-m", "durable_harness.server.bridge", "--agentcore", *LOOPBACK, "--grace-seconds",
             "5", "--", *command]  # fmt: skip
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from durable_harness.aws.agentcore import RUNTIME_ARN_ENV, AgentCoreConnection, runtime_session_id
 from durable_harness.aws.lite import _client
 from durable_harness.harness.bridge import transport
-from durable_harness.harness.bridge.agentcore import RUNTIME_ARN_ENV, AgentCoreConnection, runtime_session_id
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.protocol.assemble import assemble_ui_message
 from durable_harness.runner.runner import Runner

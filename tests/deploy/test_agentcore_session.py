@@ -14,16 +14,16 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
-from durable_harness.aws.lite import _client
-from durable_harness.errors import FatalError, RetryableError
-from durable_harness.harness.bridge import BridgeError, SessionLostError
-from durable_harness.harness.bridge import agentcore as transport
-from durable_harness.harness.bridge.agentcore import (
+from durable_harness.aws import agentcore as transport
+from durable_harness.aws.agentcore import (
     AgentCoreConnection,
     SessionConfigError,
     SessionUnavailableError,
     runtime_session_id,
 )
+from durable_harness.aws.lite import _client
+from durable_harness.errors import FatalError, RetryableError
+from durable_harness.harness.bridge import BridgeError, SessionLostError
 
 from tests.aws.signing import signed_for
 from tests.harness.bridge_support import FINISH, PROGRAM, collect, delta

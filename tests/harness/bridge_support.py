@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness.harness.bridge.app import Bridge, BridgeConfig
-from durable_harness.harness.bridge.cli import serve_bridge
 from durable_harness.harness.bridge.client import Attachment, BridgeConnection, NumberedLine
+from durable_harness.server.bridge import serve_bridge
 
 PROGRAM = [sys.executable, str(Path(__file__).with_name("bridge_program.py"))]
 SECRET = "s3cr3t-of-the-session"

@@ -1,4 +1,4 @@
-"""Detached local bridges (``python -m durable_harness.harness.bridge``): the registry, a parent's
+"""Detached local bridges (``python -m durable_harness.server.bridge``): the registry, a parent's
 death, stale records, the idle timeout. Real processes, real HTTP on loopback."""
 
 from __future__ import annotations
@@ -156,14 +156,14 @@ async def test_a_detached_bridge_holds_no_kit_secret(tmp_path: Path, monkeypatch
 
 
 def test_a_local_bridge_refuses_to_run_without_a_secret(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "durable_harness.harness.bridge", "--session", SESSION, "--data", str(tmp_path)]
+    command = [sys.executable, "-m", "durable_harness.server.bridge", "--session", SESSION, "--data", str(tmp_path)]
     done = subprocess.run([*command, "--", *PROGRAM], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "needs a secret" in done.stderr
 
 
 async def test_in_agentcore_mode_the_bridge_adopts_the_invoked_session_and_ends_on_sigterm(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "durable_harness.harness.bridge", "--agentcore", "--host", "127.0.0.1",
+    command = [sys.executable, "-m", "durable_harness.server.bridge", "--agentcore", "--host", "127.0.0.1",
                "--port", "0", "--", *PROGRAM]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None

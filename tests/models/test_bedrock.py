@@ -30,8 +30,10 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.config import Config
 from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+from durable_harness.aws.clients import bedrock_model_client
 from durable_harness.errors import ModelError
 from durable_harness.messages import parse_messages
+from durable_harness.models import bedrock
 from durable_harness.models.base import ModelRequest, ToolDefinition
 from durable_harness.models.bedrock import BedrockConverseModel
 from durable_harness.protocol import harness_parts as hp
@@ -783,6 +785,7 @@ def test_the_default_client_never_retries_and_takes_the_region_from_the_environm
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    monkeypatch.setattr(bedrock, "_client_factory", bedrock.botocore_client)  # no root: the model's own default
     model = BedrockConverseModel("amazon.nova-lite-v1:0")
     assert model.model_id == "bedrock:amazon.nova-lite-v1:0"
     client = model.client
@@ -790,7 +793,10 @@ def test_the_default_client_never_retries_and_takes_the_region_from_the_environm
     assert client.meta.service_model.service_name == "bedrock-runtime"
     config = client.meta.config
     assert config.retries["total_max_attempts"] == 1
-    # In Lambda: the lite client, set up alike.
+    # A function's root installs the AWS adapters' factory: outside Lambda a botocore client alike ...
+    bedrock.set_client_factory(bedrock_model_client)
+    assert BedrockConverseModel("amazon.nova-lite-v1:0").client.meta.config.retries["total_max_attempts"] == 1
+    # ... in Lambda the lite client, set up alike.
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "chat")
     lite = BedrockConverseModel("amazon.nova-lite-v1:0").client
     assert type(lite).__name__ == "BedrockRuntimeClient"
@@ -805,7 +811,9 @@ def test_the_default_client_never_retries_and_takes_the_region_from_the_environm
 def test_the_default_client_in_lambda_imports_no_botocore_client_machinery() -> None:
     code = (
         "import sys\n"
-        "from durable_harness.models.bedrock import BedrockConverseModel\n"
+        "from durable_harness.aws.clients import bedrock_model_client\n"
+        "from durable_harness.models.bedrock import BedrockConverseModel, set_client_factory\n"
+        "set_client_factory(bedrock_model_client)  # what a function's root installs\n"
         "client = BedrockConverseModel('amazon.nova-lite-v1:0').client\n"
         "print(type(client).__name__, sorted(m for m in ('boto3', 'botocore.session', 'botocore.client',"
         " 'botocore.config', 'urllib3') if m in sys.modules))\n"

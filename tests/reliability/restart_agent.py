@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from durable_harness import Agent, tool
-from durable_harness.messages import ToolMessage, ToolResultPart
+from durable_harness.messages import ToolMessage, ToolResultContent
 from durable_harness.models.base import ModelRequest, ModelStreamPart, finish
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
 from pydantic import BaseModel, Field
@@ -87,7 +87,7 @@ async def _script(request: ModelRequest, step: int) -> AsyncIterator[ModelStream
         for m in request.messages
         if isinstance(m, ToolMessage)
         for p in m.content
-        if isinstance(p, ToolResultPart)
+        if isinstance(p, ToolResultContent)
     ]
     for part in text_step(f"All three parts are done: {', '.join(results)}.")[:-1]:
         yield part

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_harness import Agent, ToolContext, WaitTimeout, tool
-from durable_harness.messages import TextPart, ToolMessage, ToolResultPart, UserMessage
+from durable_harness.messages import TextPart, ToolMessage, ToolResultContent, UserMessage
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
 from pydantic import BaseModel
@@ -76,7 +76,7 @@ async def nap(input: Nap, ctx: ToolContext) -> dict[str, Any]:
 
 async def _script(request: ModelRequest, step: int) -> AsyncIterator[ModelStreamPart]:
     results = [p.output.value for m in request.messages if isinstance(m, ToolMessage) for p in m.content
-               if isinstance(p, ToolResultPart)]  # fmt: skip
+               if isinstance(p, ToolResultContent)]  # fmt: skip
     if results:
         for part in text_step(f"Done: {json.dumps(results[-1], sort_keys=True)}"):
             yield part

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .client import ChatClient, ClientError, Conversation, ResponseError, TurnStream
+from .client import ChatClient, ChatClientError, Conversation, ResponseError, TurnStream
 from .protocol.ui_chunks import UIMessageChunk
 
 __all__ = ["DEFAULT_CANCEL_PROMPT", "DEFAULT_PROMPT", "CheckFailed", "DeployCheck", "Timings"]
@@ -203,7 +203,7 @@ class DeployCheck:
         except CheckFailed as exc:
             self._line("FAIL", name, started, str(exc))
             raise
-        except ClientError as exc:  # the client's errors are one line that says what went wrong
+        except ChatClientError as exc:  # the client's errors are one line that says what went wrong
             self._line("FAIL", name, started, str(exc))
             raise CheckFailed(name, str(exc)) from None
         value, detail = outcome if isinstance(outcome, tuple) else (outcome, outcome)

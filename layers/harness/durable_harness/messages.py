@@ -73,7 +73,7 @@ class CustomPart(WireModel):
     provider_options: ProviderMetadata | None = None
 
 
-class ToolCallPart(WireModel):
+class ToolCallContent(WireModel):
     """A call of a tool by the model; ``input`` is the parsed JSON input."""
 
     type: Literal["tool-call"] = "tool-call"
@@ -125,7 +125,7 @@ ToolResultOutput = Annotated[
 ]
 
 
-class ToolResultPart(WireModel):
+class ToolResultContent(WireModel):
     """The result of a tool call."""
 
     type: Literal["tool-result"] = "tool-result"
@@ -135,7 +135,7 @@ class ToolResultPart(WireModel):
     provider_options: ProviderMetadata | None = None
 
 
-class ToolApprovalRequestPart(WireModel):
+class ToolApprovalRequestContent(WireModel):
     """The server asked the user to approve a tool call (signed when a secret is configured)."""
 
     type: Literal["tool-approval-request"] = "tool-approval-request"
@@ -164,12 +164,12 @@ AssistantContent = Annotated[
     | ReasoningPart
     | ReasoningFilePart
     | CustomPart
-    | ToolCallPart
-    | ToolResultPart
-    | ToolApprovalRequestPart,
+    | ToolCallContent
+    | ToolResultContent
+    | ToolApprovalRequestContent,
     Field(discriminator="type"),
 ]
-ToolContent = Annotated[ToolResultPart | ToolApprovalResponsePart, Field(discriminator="type")]
+ToolContent = Annotated[ToolResultContent | ToolApprovalResponsePart, Field(discriminator="type")]
 
 # --- messages -------------------------------------------------------------------------------------
 

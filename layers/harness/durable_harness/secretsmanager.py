@@ -13,12 +13,34 @@ code only (:class:`~durable_harness.errors.SecretError` when reading again canno
 
 from __future__ import annotations
 
-from .errors import RetryableError, SecretError, SecretUnavailableError
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["DEFAULT_MAX_AGE", "read_secret", "read_secret_uncached"]
+from .errors import SecretError, SecretUnavailableError
+
+__all__ = ["DEFAULT_MAX_AGE", "ClientFactory", "read_secret", "read_secret_uncached", "set_client_factory"]
 
 DEFAULT_MAX_AGE = 300
 """Seconds a secret's value is cached before it is read again."""
+
+ClientFactory = Callable[[], Any]
+"""Makes a ``secretsmanager`` client (boto3's, or one with its ``get_secret_value`` and errors)."""
+
+
+def _boto3_client() -> Any:
+    import boto3
+
+    return boto3.client("secretsmanager")
+
+
+_client_factory: ClientFactory = _boto3_client
+
+
+def set_client_factory(factory: ClientFactory | None) -> None:
+    """Install the composition root's client for :func:`read_secret_uncached` (a function's is the
+    AWS adapters' shared one, a lite client in Lambda; None: boto3's, as the local kit has it)."""
+    global _client_factory
+    _client_factory = factory or _boto3_client
 
 
 def read_secret(secret_id: str, *, max_age: int = DEFAULT_MAX_AGE) -> str:
@@ -37,13 +59,12 @@ def read_secret(secret_id: str, *, max_age: int = DEFAULT_MAX_AGE) -> str:
 
 
 def read_secret_uncached(secret_id: str) -> str:
-    """The string value of ``secret_id`` read now, through the harness's AWS client (a lite one in
-    Lambda): for a start-up check, which must not cost a function's cold start boto3's import.
-    Raises the same errors as :func:`read_secret`; the value is not cached."""
-    from .aws.runtime import client_for
-
+    """The string value of ``secret_id`` read now, through the installed client (a function's is a
+    lite one in Lambda, :func:`set_client_factory`): for a start-up check, which must not cost a
+    function's cold start boto3's import. Raises the same errors as :func:`read_secret`; the value
+    is not cached."""
     try:
-        response = client_for("secretsmanager").get_secret_value(SecretId=secret_id)
+        response = _client_factory().get_secret_value(SecretId=secret_id)
     except Exception as exc:
         raise _read_failure(secret_id, exc) from exc
     value = response.get("SecretString")
@@ -57,9 +78,9 @@ def _read_failure(secret_id: str, cause: Exception) -> SecretError | SecretUnava
     """The domain error of a failed read, classified like every other AWS request of the library."""
     from botocore.exceptions import ClientError
 
-    from .aws._errors import error_code, translate
+    from .aws_failures import error_code, is_transient
 
     code = (error_code(cause) if isinstance(cause, ClientError) else "") or type(cause).__name__
-    if isinstance(translate(cause, "GetSecretValue"), RetryableError):
+    if is_transient(cause):
         return SecretUnavailableError(secret_id, code)
     return SecretError(secret_id, code)

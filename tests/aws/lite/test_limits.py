@@ -21,6 +21,7 @@ from durable_harness.aws.lite._transport import Credentials
 from durable_harness.aws.lite.bedrock import BedrockRuntimeClient
 from durable_harness.aws.lite.dynamodb import DynamoDBClient
 from durable_harness.aws.lite.s3 import S3Client
+from durable_harness.models.bedrock import CLIENT_SETTINGS
 
 from tests.aws.lite.frames import event
 from tests.aws.lite.scripted import Reply, ScriptedServer
@@ -83,8 +84,10 @@ STREAM_HEADERS = {"content-type": "application/vnd.amazon.eventstream"}
 
 
 def bedrock(server: ScriptedServer, **settings: Any) -> BedrockRuntimeClient:
+    """The client as the model adapter's root makes it (its ``CLIENT_SETTINGS``: one attempt), on ``server``."""
+    settings = {**CLIENT_SETTINGS, "read_timeout": GENEROUS_READ, **settings}
     return BedrockRuntimeClient(region="us-east-1", credentials=Credentials("a", "b"), endpoint_url=server.url,
-                                read_timeout=GENEROUS_READ, **settings)  # fmt: skip
+                                **settings)  # fmt: skip
 
 
 def delta(text: str) -> bytes:
@@ -128,6 +131,7 @@ def test_an_error_body_without_end_is_cut_at_the_limit() -> None:
 
 
 def test_bedrock_deadlines_leave_a_model_minutes_to_think() -> None:
-    """The defaults: a model may think for as long as the read timeout before any event."""
-    assert lite_bedrock.EVENT_TIMEOUT >= lite_bedrock.READ_TIMEOUT
-    assert lite_bedrock.ATTEMPT_TIMEOUT >= lite_bedrock.READ_TIMEOUT
+    """The defaults: a model may think for as long as the model adapter's read timeout before any event."""
+    read_timeout = CLIENT_SETTINGS["read_timeout"]
+    assert read_timeout <= lite_bedrock.EVENT_TIMEOUT
+    assert read_timeout <= lite_bedrock.ATTEMPT_TIMEOUT

@@ -20,8 +20,8 @@ from ..messages import (
     ReasoningPart,
     SystemMessage,
     TextPart,
-    ToolApprovalRequestPart,
-    ToolCallPart,
+    ToolApprovalRequestContent,
+    ToolCallContent,
     ToolMessage,
     UserMessage,
 )
@@ -94,7 +94,7 @@ def content_events(assistant: AssistantMessage, invalid: Mapping[str, StepCall])
         elif isinstance(item, ReasoningPart):
             events += [hp.ReasoningStartPart(id=pid), hp.ReasoningDeltaPart(id=pid, delta=item.text)]
             events.append(hp.ReasoningEndPart(id=pid, harness_metadata=item.provider_options))
-        elif isinstance(item, ToolCallPart) and item.tool_call_id in invalid:
+        elif isinstance(item, ToolCallContent) and item.tool_call_id in invalid:
             call = invalid[item.tool_call_id]
             events.append(
                 ToolInputErrorChunk(
@@ -102,7 +102,7 @@ def content_events(assistant: AssistantMessage, invalid: Mapping[str, StepCall])
                     error_text=call.invalid_error or "",
                 )
             )  # fmt: skip
-        elif isinstance(item, ToolCallPart):
+        elif isinstance(item, ToolCallContent):
             raw = json.dumps(item.input, ensure_ascii=False, separators=(",", ":"))
             events.append(
                 hp.ToolCallPart(
@@ -111,7 +111,7 @@ def content_events(assistant: AssistantMessage, invalid: Mapping[str, StepCall])
                     dynamic=True if item.provider_executed else None,  # as first streamed (modelcall)
                 )
             )  # fmt: skip
-        elif isinstance(item, ToolApprovalRequestPart):
+        elif isinstance(item, ToolApprovalRequestContent):
             events.append(hp.ToolApprovalRequestPart(approval_id=item.approval_id, tool_call_id=item.tool_call_id))
     return events
 

@@ -17,11 +17,11 @@ from ..messages import (
     AssistantMessage,
     ExecutionDeniedOutput,
     ModelMessage,
-    ToolApprovalRequestPart,
+    ToolApprovalRequestContent,
     ToolApprovalResponsePart,
-    ToolCallPart,
+    ToolCallContent,
     ToolMessage,
-    ToolResultPart,
+    ToolResultContent,
 )
 from .state import LoopTurnState
 
@@ -58,7 +58,7 @@ def continuation_messages(turn: Any, answers: Sequence[ApprovalDecision]) -> lis
             f"Unknown approval ids: {unknown}; pending: {sorted(pending)}.", code="unknown_approval"
         )
     messages = list(state.messages)
-    content: list[ToolResultPart | ToolApprovalResponsePart] = []
+    content: list[ToolResultContent | ToolApprovalResponsePart] = []
     for answer in answers:
         call = pending[answer.approval_id]
         content.append(
@@ -69,7 +69,7 @@ def continuation_messages(turn: Any, answers: Sequence[ApprovalDecision]) -> lis
         )  # fmt: skip
         if not answer.approved:
             content.append(
-                ToolResultPart(
+                ToolResultContent(
                     tool_call_id=call["toolCallId"],
                     tool_name=call["toolName"],
                     output=ExecutionDeniedOutput(reason=answer.reason),
@@ -82,21 +82,21 @@ def continuation_messages(turn: Any, answers: Sequence[ApprovalDecision]) -> lis
     return messages
 
 
-def _requests(messages: Sequence[ModelMessage]) -> list[ToolApprovalRequestPart]:
+def _requests(messages: Sequence[ModelMessage]) -> list[ToolApprovalRequestContent]:
     return [
         p
         for m in messages
         if isinstance(m, AssistantMessage)
         for p in m.content
-        if isinstance(p, ToolApprovalRequestPart)
+        if isinstance(p, ToolApprovalRequestContent)
     ]
 
 
-def _calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPart]:
+def _calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallContent]:
     return {
         p.tool_call_id: p
         for m in messages
         if isinstance(m, AssistantMessage)
         for p in m.content
-        if isinstance(p, ToolCallPart)
+        if isinstance(p, ToolCallContent)
     }

@@ -59,7 +59,7 @@ def retry_delay(
     return min(cap, initial * factor**attempt)
 
 
-class Usage(WireModel):
+class TokenUsage(WireModel):
     """Token usage (of a step, or of the whole run); JSON ``{inputTokens, outputTokens, totalTokens}``."""
 
     input_tokens: int = 0

@@ -23,8 +23,8 @@ from ..messages import (
     TextOutput,
     ToolApprovalResponsePart,
     ToolMessage,
+    ToolResultContent,
     ToolResultOutput,
-    ToolResultPart,
 )
 from ..protocol import harness_parts as hp
 from ..protocol.ui_chunks import ToolOutputErrorChunk, UIMessageChunk
@@ -45,7 +45,7 @@ def result_events(call: StepCall, outcome: StepOutcome) -> list[Emit]:
     return [ToolOutputErrorChunk(tool_call_id=call.tool_call_id, error_text=outcome.error)]
 
 
-def result_part(outcome: StepOutcome) -> ToolResultPart:
+def result_part(outcome: StepOutcome) -> ToolResultContent:
     """The tool result the model sees."""
     output: ToolResultOutput
     if outcome.error is not None:
@@ -54,7 +54,7 @@ def result_part(outcome: StepOutcome) -> ToolResultPart:
         output = TextOutput(value=outcome.output)
     else:
         output = JsonOutput(value=outcome.output)
-    return ToolResultPart(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name, output=output)
+    return ToolResultContent(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name, output=output)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from ..messages import (
     ModelMessage,
     SystemMessage,
     TextPart,
-    ToolApprovalRequestPart,
+    ToolApprovalRequestContent,
     ToolMessage,
     UserMessage,
 )
@@ -54,7 +54,7 @@ from .calls import (
     validate_tools_context,
 )
 from .continuation import continuation_messages
-from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, Usage, step_count_is
+from .control import Callback, PrepareHook, RepairToolCall, StopCondition, Timeouts, TokenUsage, step_count_is
 from .execution import Parked, Recorded, ToolRunner, answered_approvals, refuse_provider_approvals, result_part
 from .modelcall import StepResult, stream_model_step
 from .options import Preparation
@@ -426,7 +426,7 @@ class ToolLoopAgent:
                 events.append(hp.ToolApprovalRequestPart(approval_id=approval_id, tool_call_id=call.tool_call_id))
                 if isinstance(assistant, AssistantMessage):
                     assistant.content.append(
-                        ToolApprovalRequestPart(approval_id=approval_id, tool_call_id=call.tool_call_id)
+                        ToolApprovalRequestContent(approval_id=approval_id, tool_call_id=call.tool_call_id)
                     )
             else:
                 runnable.append(call)
@@ -470,7 +470,7 @@ class ToolLoopAgent:
                 output = self.output.parse(last.text if last else "")
             except OutputError as exc:
                 problem = exc
-        usage = Usage(input_tokens=state.total_usage[0], output_tokens=state.total_usage[1])
+        usage = TokenUsage(input_tokens=state.total_usage[0], output_tokens=state.total_usage[1])
         await self._callback("end", state.steps, output, usage)
         if problem is not None:
             raise problem

@@ -27,9 +27,9 @@ from ..messages import (
     JsonOutput,
     ReasoningPart,
     TextPart,
-    ToolApprovalRequestPart,
-    ToolCallPart,
-    ToolResultPart,
+    ToolApprovalRequestContent,
+    ToolCallContent,
+    ToolResultContent,
 )
 from ..models.base import LanguageModel, ModelRequest
 from ..protocol import harness_parts as hp
@@ -145,7 +145,7 @@ async def _one_attempt(
             elif isinstance(part, hp.ToolResultPart):
                 result.content.append(_provider_result(part))
             elif isinstance(part, hp.ToolApprovalRequestPart) and _provider_executed(result, part.tool_call_id):
-                request_part = ToolApprovalRequestPart(approval_id=part.approval_id, tool_call_id=part.tool_call_id)
+                request_part = ToolApprovalRequestContent(approval_id=part.approval_id, tool_call_id=part.tool_call_id)
                 result.content.append(request_part)
                 result.provider_approvals.append(part.tool_call_id)
             elif isinstance(part, hp.FinishPart):
@@ -185,7 +185,8 @@ async def _next(
 
 def _provider_executed(result: StepResult, tool_call_id: str) -> bool:
     return any(
-        isinstance(c, ToolCallPart) and c.tool_call_id == tool_call_id and c.provider_executed for c in result.content
+        isinstance(c, ToolCallContent) and c.tool_call_id == tool_call_id and c.provider_executed
+        for c in result.content
     )
 
 
@@ -213,13 +214,13 @@ async def _tool_call(
     return [hp.ToolCallPart(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=raw)]
 
 
-def _call_content(call_id: str, name: str, tool_input: Any, provider_executed: bool | None) -> ToolCallPart:
-    return ToolCallPart(tool_call_id=call_id, tool_name=name, input=tool_input, provider_executed=provider_executed)
+def _call_content(call_id: str, name: str, tool_input: Any, provider_executed: bool | None) -> ToolCallContent:
+    return ToolCallContent(tool_call_id=call_id, tool_name=name, input=tool_input, provider_executed=provider_executed)
 
 
-def _provider_result(part: hp.ToolResultPart) -> ToolResultPart:
+def _provider_result(part: hp.ToolResultPart) -> ToolResultContent:
     output = ErrorJsonOutput(value=part.result) if part.is_error else JsonOutput(value=part.result)
-    return ToolResultPart(tool_call_id=part.tool_call_id, tool_name=part.tool_name, output=output)
+    return ToolResultContent(tool_call_id=part.tool_call_id, tool_name=part.tool_name, output=output)
 
 
 def _loads(text: str) -> Any:

@@ -16,15 +16,15 @@ from ..harness.interface import Checkpoint, HarnessEvent
 from ..messages import (
     AssistantMessage,
     ModelMessage,
-    ToolApprovalRequestPart,
-    ToolCallPart,
+    ToolApprovalRequestContent,
+    ToolCallContent,
     ToolMessage,
-    ToolResultPart,
+    ToolResultContent,
     UserMessage,
 )
 from ..wire import JSONValue, WireModel
 from .continuation import pending_approvals
-from .control import Usage
+from .control import TokenUsage
 from .state import LoopTurnState, StepSummary
 
 Signer = Callable[[str, str, str, Any], "str | None"]
@@ -35,10 +35,10 @@ class StepRecord(WireModel):
 
     step_number: int
     finish_reason: str
-    usage: Usage
+    usage: TokenUsage
     text: str = ""
-    tool_calls: list[ToolCallPart] = Field(default_factory=list)
-    tool_results: list[ToolResultPart] = Field(default_factory=list)
+    tool_calls: list[ToolCallContent] = Field(default_factory=list)
+    tool_results: list[ToolResultContent] = Field(default_factory=list)
     """Host tools' results (from the tool message after the step) and provider-executed ones."""
 
 
@@ -51,7 +51,7 @@ class TurnResult(WireModel):
     """The structured output (see ``Output``), when the agent has one and the turn's last step called
     no tools (a turn that paused or ended on a tool step has none)."""
     finish_reason: str
-    total_usage: Usage
+    total_usage: TokenUsage
     steps: list[StepRecord] = Field(default_factory=list)
     response_messages: list[ModelMessage] = Field(default_factory=list)
     """The messages this turn added to the conversation (approval requests signed)."""
@@ -90,17 +90,17 @@ def _steps(state: LoopTurnState, response: Sequence[ModelMessage]) -> list[StepR
     for summary, at in zip(state.steps, positions, strict=False):
         assistant = response[at]
         assert isinstance(assistant, AssistantMessage)
-        results = [p for p in assistant.content if isinstance(p, ToolResultPart)]
+        results = [p for p in assistant.content if isinstance(p, ToolResultContent)]
         following = response[at + 1] if at + 1 < len(response) else None
         if isinstance(following, ToolMessage):
-            results += [p for p in following.content if isinstance(p, ToolResultPart)]
+            results += [p for p in following.content if isinstance(p, ToolResultContent)]
         records.append(
             StepRecord(
                 step_number=summary.number,
                 finish_reason=summary.finish_reason,
-                usage=Usage(input_tokens=summary.input_tokens, output_tokens=summary.output_tokens),
+                usage=TokenUsage(input_tokens=summary.input_tokens, output_tokens=summary.output_tokens),
                 text=summary.text,
-                tool_calls=[p for p in assistant.content if isinstance(p, ToolCallPart)],
+                tool_calls=[p for p in assistant.content if isinstance(p, ToolCallContent)],
                 tool_results=results,
             )
         )
@@ -116,7 +116,7 @@ def turn_result(state: LoopTurnState, *, output: Any = None, signer: Signer | No
         for message in response:
             if isinstance(message, AssistantMessage):
                 for part in message.content:
-                    if isinstance(part, ToolApprovalRequestPart) and part.approval_id in by_id:
+                    if isinstance(part, ToolApprovalRequestContent) and part.approval_id in by_id:
                         call = by_id[part.approval_id]
                         part.signature = signer(part.approval_id, call["toolCallId"], call["toolName"], call["input"])
     reason, _ = finish_reason_of(state)
@@ -124,7 +124,7 @@ def turn_result(state: LoopTurnState, *, output: Any = None, signer: Signer | No
         text=state.steps[-1].text if state.steps else "",
         output=output,
         finish_reason=reason,
-        total_usage=Usage(input_tokens=state.total_usage[0], output_tokens=state.total_usage[1]),
+        total_usage=TokenUsage(input_tokens=state.total_usage[0], output_tokens=state.total_usage[1]),
         steps=_steps(state, response),
         response_messages=response,
         pending_approvals=pending,
@@ -133,7 +133,7 @@ def turn_result(state: LoopTurnState, *, output: Any = None, signer: Signer | No
 
 def empty_result() -> TurnResult:
     """The result of a turn that never reached a checkpoint (it failed or was cancelled at once)."""
-    return TurnResult(text="", finish_reason="other", total_usage=Usage())
+    return TurnResult(text="", finish_reason="other", total_usage=TokenUsage())
 
 
 async def collect_result(

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from ..aws_failures import RETRYABLE_CODES, error_code, http_status, is_transient
 from ..errors import FatalError, FormatVersionError, HarnessError, StorageError
 from .table import FORMAT
 
@@ -34,38 +35,6 @@ __all__ = [
     "translate",
 ]
 
-# Codes that mean "too fast" or "try again later" across DynamoDB, S3, Step Functions and
-# EventBridge. botocore's standard retry mode knows most of them; the extra ones are service
-# specific (Step Functions' running-execution quota, S3's 409 race between conditional writes).
-RETRYABLE_CODES = frozenset(
-    {
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "ProvisionedThroughputExceededException",
-        "RequestLimitExceeded",
-        "TransactionInProgressException",
-        "TransactionConflictException",
-        "LimitExceededException",
-        "SlowDown",
-        "BandwidthLimitExceeded",
-        "ServiceUnavailable",
-        "InternalError",
-        "InternalServerError",
-        "InternalFailure",
-        "InternalException",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "PriorRequestNotComplete",
-        "ConditionalRequestConflict",
-        "ExecutionLimitExceeded",
-    }
-)
-"""AWS error codes that :func:`translate` turns into the retryable ``StorageError``."""
-
 
 class AwsRequestError(FatalError):
     """An AWS request failed in a way a retry cannot fix (permissions, configuration, bad input).
@@ -76,16 +45,6 @@ class AwsRequestError(FatalError):
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
-
-
-def error_code(exc: ClientError) -> str:
-    """The AWS error code of a ``ClientError`` (``""`` when the response has none)."""
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def http_status(exc: ClientError) -> int:
-    """The HTTP status of a ``ClientError`` (0 when unknown)."""
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
 
 def error_item(exc: ClientError) -> dict[str, Any] | None:
@@ -99,21 +58,16 @@ def error_item(exc: ClientError) -> dict[str, Any] | None:
 
 def translate(exc: Exception, what: str) -> HarnessError:
     """The domain error for a botocore failure during ``what`` (a short description)."""
+    if isinstance(exc, HarnessError):
+        return exc
     if isinstance(exc, ClientError):
         code, status = error_code(exc), http_status(exc)
         message = exc.response.get("Error", {}).get("Message", "") or str(exc)
-        if code in RETRYABLE_CODES or status >= 500 or status == 429:
-            return StorageError(f"{what}: {code or status}: {message}")
-        return AwsRequestError(f"{what}: {code or status}: {message}", code=code or None)
-    # Timeouts, refused or dropped connections and truncated bodies: the request may work next time.
-    if isinstance(exc, ConnectionError | HTTPClientError | IncompleteReadError):
-        return StorageError(f"{what}: {exc}")
-    if isinstance(exc, BotoCoreError):
-        # Missing credentials, parameter validation and the like: a deployment or code problem.
-        return AwsRequestError(f"{what}: {exc}")
-    if isinstance(exc, HarnessError):
-        return exc
-    return StorageError(f"{what}: {exc}")
+        detail = f"{what}: {code or status}: {message}"
+        return StorageError(detail) if is_transient(exc) else AwsRequestError(detail, code=code or None)
+    # Timeouts and dropped connections may work next time; missing credentials, parameter
+    # validation and the like are a deployment or code problem (``aws_failures.is_transient``).
+    return StorageError(f"{what}: {exc}") if is_transient(exc) else AwsRequestError(f"{what}: {exc}")
 
 
 @contextmanager

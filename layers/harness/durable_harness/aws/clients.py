@@ -9,7 +9,7 @@ start (``bench/cold_start.py``). botocore is then imported only when a client of
 is made; anywhere else (the local kit, tests, a test's session) every client is botocore's. So is
 every client in Lambda with ``AWS_LITE_CLIENTS=0`` (the template's ``LiteClients=false``): the way
 back to botocore's clients if a lite one ever misbehaves, at their cold-start cost. (The AgentCore
-session transport has a lite client only, ``harness/bridge/agentcore.py``.)
+session transport has a lite client only, ``aws/agentcore.py``.)
 
 A boto3 client *is* a botocore client: what boto3 adds (the S3 transfer methods, the resource
 API) the harness never uses, yet importing it (with s3transfer) costs a cold start about 15-20 ms.
@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from botocore.config import Config
 
-__all__ = ["LazyClient", "lite_clients_wanted", "make_client"]
+__all__ = ["LazyClient", "bedrock_model_client", "lite_clients_wanted", "make_client"]
 
 _TRIMMED_DATA = os.path.join(os.path.dirname(__file__), "botocore-data")
 """The folder of the trimmed endpoint data (only in the built layer)."""
@@ -52,6 +52,7 @@ def make_client(
     *,
     region: str | None = None,
     session: Any = None,
+    lite_settings: Mapping[str, Any] | None = None,
 ) -> Any:
     """A new client for ``service``: from ``session`` (a ``boto3.Session``, e.g. a test's) when given;
     else, in Lambda, a lite client (:mod:`.lite`) if one serves the service; else from the process's
@@ -60,10 +61,11 @@ def make_client(
 
     ``config`` is a botocore ``Config`` or a function that makes one (called only when a botocore
     client is made, so that ``botocore.config`` is not imported for a lite client). A lite client
-    takes a given ``Config``'s timeouts and attempts; without one it has ``CLIENT_CONFIG``'s.
+    takes ``lite_settings`` (its ``connect_timeout``, ``read_timeout``, ``max_attempts``), else a
+    given ``Config``'s timeouts and attempts; without either it has ``CLIENT_CONFIG``'s.
     """
     if session is None and lite_clients_wanted():
-        made = _lite_client(service, config, region)
+        made = _lite_client(service, config, region, lite_settings)
         if made is not None:
             return made
     if callable(config):
@@ -83,18 +85,28 @@ def make_client(
         return shared.create_client(service, region_name=region, config=config)
 
 
+def bedrock_model_client() -> Any:
+    """The Bedrock model's client in a function (:func:`.runtime.function_parts` installs it with
+    ``models.bedrock.set_client_factory``): :func:`make_client`'s, with the model's
+    ``CLIENT_SETTINGS`` whichever kind it is."""
+    from ..models import bedrock
+
+    return make_client("bedrock-runtime", bedrock.client_config, lite_settings=bedrock.CLIENT_SETTINGS)
+
+
 def lite_clients_wanted() -> bool:
     """In Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set), unless ``AWS_LITE_CLIENTS=0``: read when a client
     is made (the environment a test or a function has then)."""
     return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME")) and os.environ.get("AWS_LITE_CLIENTS", "1").strip() != "0"
 
 
-def _lite_client(service: str, config: Any, region: str | None) -> Any:
-    """A lite client for ``service`` with the timeouts and attempts of ``config`` (a ``Config``), or None."""
+def _lite_client(service: str, config: Any, region: str | None, lite_settings: Mapping[str, Any] | None) -> Any:
+    """A lite client for ``service`` with ``lite_settings``, else the timeouts and attempts of
+    ``config`` (a ``Config``), or None."""
     from . import lite
 
-    settings: dict[str, Any] = {}
-    if config is not None and not callable(config):
+    settings: dict[str, Any] = dict(lite_settings or {})
+    if lite_settings is None and config is not None and not callable(config):
         retries = config.retries or {}
         attempts = retries.get("total_max_attempts", retries["max_attempts"] + 1 if "max_attempts" in retries else None)
         for name, value in (("connect_timeout", config.connect_timeout), ("read_timeout", config.read_timeout),

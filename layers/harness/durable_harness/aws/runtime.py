@@ -9,7 +9,7 @@ expires before any of its segments, see :mod:`.dynamodb`; chunk-log items live t
 they were written), ``INLINE_HEARTBEAT_SECONDS`` and ``INLINE_HEARTBEAT_INTERVAL`` (the first
 slice the chat function runs itself, :mod:`.handover`), ``INLINE_FIRST_SLICE`` (for when the Step
 Functions client is made, below), and ``SESSION_RUNTIME`` / ``AGENTCORE_RUNTIME_ARN`` (persistent
-harness sessions in the AgentCore runtime: its session transport, ``harness/bridge/agentcore.py``,
+harness sessions in the AgentCore runtime: its session transport, ``aws/agentcore.py``,
 is installed here).
 
 Clients are expensive to create (tens of milliseconds, plus memory) and thread-safe, so they are
@@ -37,7 +37,7 @@ from ..errors import FatalError, SettingsError
 from ..settings import Settings
 from .checkpoints import DynamoCheckpointStore
 from .chunklog import DynamoChunkLog
-from .clients import LazyClient, make_client
+from .clients import LazyClient, bedrock_model_client, make_client
 from .events import EventPublisher
 from .handover import StepFunctionsHandover
 from .stepfunctions import StepFunctionsOrchestrator
@@ -222,6 +222,7 @@ def function_parts(
     from ..runner.runner import Runner
 
     runtime = build_runtime(settings, session=session)
+    _install_core_clients()
     flush = settings.stream_flush_seconds if flush_interval is None else flush_interval
     runner = Runner(
         load_agent(settings.agent), runtime.store, runtime.log, flush_interval=flush, on_commit=on_commit,
@@ -231,6 +232,17 @@ def function_parts(
     if check_secret:
         runner.approval_secret.check()
     return FunctionParts(settings, runtime, runner)
+
+
+def _install_core_clients() -> None:
+    """The AWS clients the core asks its root for: the Bedrock model's (a lite one in Lambda,
+    :func:`.clients.bedrock_model_client`) and the approval secret's start-up read (the shared
+    ``secretsmanager`` client of :func:`client_for`, lite in Lambda: no boto3 at a cold start)."""
+    from .. import secretsmanager
+    from ..models import bedrock
+
+    bedrock.set_client_factory(bedrock_model_client)
+    secretsmanager.set_client_factory(lambda: client_for("secretsmanager"))
 
 
 def _install_session_transport(settings: Settings) -> None:
@@ -245,7 +257,7 @@ def _install_session_transport(settings: Settings) -> None:
         transport.session_runtime(env)
     except FatalError as exc:
         raise AwsConfigError(str(exc)) from None
-    from ..harness.bridge.agentcore import RUNTIME_ARN_ENV, agentcore_factory
+    from .agentcore import RUNTIME_ARN_ENV, agentcore_factory
 
     settings.required(RUNTIME_ARN_ENV, "the ARN of the AgentCore runtime of harness sessions")
     transport.set_transport_factory(agentcore_factory(env))

@@ -2,7 +2,9 @@
 
 Powertools' ``Tracer()`` imports the X-Ray SDK and patches botocore even when tracing is disabled,
 which costs 150-250 ms of every cold start. The handlers therefore wrap themselves with
-:func:`capture_lambda_handler`, which builds a ``Tracer`` only when :func:`tracing_enabled`.
+:func:`capture_lambda_handler`, which builds a ``Tracer`` only when :func:`tracing_enabled` (the
+rule lives with the telemetry, whose X-Ray exporter it switches on too:
+:func:`durable_harness.telemetry.base.tracing_enabled`).
 
 Tracing is on under the rules Powertools' ``Tracer`` applies: inside Lambda, not under
 ``sam local``, and ``POWERTOOLS_TRACE_DISABLED`` not true. The template sets
@@ -19,24 +21,12 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
+from ..telemetry.base import TRACE_DISABLED_ENV, tracing_enabled  # the rule telemetry's X-Ray exporter follows too
 from .runtime import AwsConfigError
 
 __all__ = ["capture_lambda_handler", "tracing_enabled"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-TRACE_DISABLED_ENV = "POWERTOOLS_TRACE_DISABLED"
-_TRUE = ("1", "y", "yes", "t", "true", "on")  # Powertools' strtobool
-_FALSE = ("0", "n", "no", "f", "false", "off")
-
-
-def tracing_enabled(env: Mapping[str, str] = os.environ) -> bool:
-    """True when the handlers should be traced with X-Ray (see the module docstring)."""
-    raw = env.get(TRACE_DISABLED_ENV, "false").strip().lower()
-    if raw not in _TRUE + _FALSE:
-        raise AwsConfigError(f"{TRACE_DISABLED_ENV} must be true or false, got {env.get(TRACE_DISABLED_ENV)!r}")
-    local = env.get("AWS_SAM_LOCAL") or env.get("AWS_CHALICE_CLI_MODE")  # emulators: no X-Ray daemon
-    return bool(env.get("LAMBDA_TASK_ROOT")) and not local and raw in _FALSE
 
 
 def capture_lambda_handler(handler: F, env: Mapping[str, str] = os.environ) -> F:

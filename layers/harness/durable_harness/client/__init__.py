@@ -21,7 +21,7 @@
 from ._common import DEFAULT_URL, ConversationState, generate_id, user_message
 from ._cursor import ReconnectEvent, RetryPolicy, StreamCursor
 from .aio import AsyncChatClient, AsyncChunkStream, AsyncConversation, AsyncTurnStream
-from .errors import ClientError, NetworkError, ReconnectLimitError, ResponseError, StreamError
+from .errors import ChatClientError, NetworkError, ReconnectLimitError, ResponseError, StreamError
 from .sync import ChatClient, ChunkStream, Conversation, TurnStream
 
 __all__ = [
@@ -31,8 +31,8 @@ __all__ = [
     "AsyncConversation",
     "AsyncTurnStream",
     "ChatClient",
+    "ChatClientError",
     "ChunkStream",
-    "ClientError",
     "Conversation",
     "ConversationState",
     "NetworkError",

@@ -13,7 +13,7 @@ import httpx
 
 from ..errors import ProtocolError
 from ..protocol.assemble import UIMessageAssembler
-from .errors import ClientError
+from .errors import ChatClientError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 """Where ``durable-harness serve`` listens by default."""
@@ -48,11 +48,11 @@ def base_url(url: str) -> str:
         host = parts.hostname
         parts.port  # noqa: B018 -- raises ValueError on a bad port
     except ValueError as exc:
-        raise ClientError(f"invalid URL {url!r}: {exc}") from None
+        raise ChatClientError(f"invalid URL {url!r}: {exc}") from None
     if parts.scheme not in ("http", "https") or not host:
-        raise ClientError(f"invalid URL {url!r}: expected http(s)://host[:port][/path]")
+        raise ChatClientError(f"invalid URL {url!r}: expected http(s)://host[:port][/path]")
     if parts.query or parts.fragment:
-        raise ClientError(f"invalid URL {url!r}: no query string or fragment, please")
+        raise ChatClientError(f"invalid URL {url!r}: no query string or fragment, please")
     return text.rstrip("/")
 
 
@@ -230,7 +230,7 @@ class ConversationState:
                         answer["reason"] = reason
                     message["parts"][i] = {**part, "state": "approval-responded", "approval": approval | answer}
                     return
-        raise ClientError(f"no tool call waits for approval {approval_id!r}")
+        raise ChatClientError(f"no tool call waits for approval {approval_id!r}")
 
     def ready_to_continue(self) -> bool:
         """``lastAssistantMessageIsCompleteWithApprovalResponses``: the last step has answered

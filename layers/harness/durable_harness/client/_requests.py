@@ -8,7 +8,7 @@ import httpx
 
 from ._common import ConversationState, stream_path
 from ._cursor import RUN_ID_HEADER, RetryPolicy, StreamCursor
-from .errors import ClientError, NetworkError, ResponseError, StreamError, describe_transport_error
+from .errors import ChatClientError, NetworkError, ResponseError, StreamError, describe_transport_error
 
 CHAT_PATH = "/api/chat"
 
@@ -33,7 +33,7 @@ def decode_json(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise ClientError(f"{response.request.method} {response.request.url}: the response is not a JSON object")
+        raise ChatClientError(f"{response.request.method} {response.request.url}: the response is not a JSON object")
     return data
 
 

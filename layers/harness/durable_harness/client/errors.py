@@ -10,11 +10,11 @@ import httpx
 from ..errors import HarnessError
 
 
-class ClientError(HarnessError):
+class ChatClientError(HarnessError):
     """Base class of every error the chat client raises."""
 
 
-class ResponseError(ClientError):
+class ResponseError(ChatClientError):
     """The server answered with a non-2xx status; ``code`` and ``message`` come from its JSON error.
 
     The server's errors are ``{"error": {"code": "...", "message": "..."}}``; for any other body
@@ -52,11 +52,11 @@ class ResponseError(ClientError):
         return cls(response.status_code, message, code=code, method=request.method, url=str(request.url))
 
 
-class NetworkError(ClientError):
+class NetworkError(ChatClientError):
     """The server could not be reached, or the connection failed before a response arrived."""
 
 
-class StreamError(ClientError):
+class StreamError(ChatClientError):
     """A chat stream cannot go on: no run id in the response, or a position the client cannot resume."""
 
 

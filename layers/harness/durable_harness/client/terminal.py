@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from ..protocol.ui_chunks import UIMessageChunk
 from ._common import generate_id
 from ._cursor import ReconnectEvent
-from .errors import ClientError, ResponseError
+from .errors import ChatClientError, ResponseError
 from .render import Renderer, Style, compact, is_terminal, use_color
 from .sync import ChatClient, Conversation, TurnStream
 
@@ -66,7 +66,7 @@ class Terminal:
         return 1
 
 
-def describe_error(exc: ClientError) -> str:
+def describe_error(exc: ChatClientError) -> str:
     """A client error, with a hint where one helps."""
     text = str(exc)
     if isinstance(exc, ResponseError) and exc.status == 401:
@@ -100,7 +100,7 @@ def run_chat(url: str, token: str | None, term: Terminal) -> int:
             renderer.notice(f"durable-harness chat · {client.url} · Ctrl-D to quit")
             conversation = client.conversation(chat_id=generate_id())
             return _chat_loop(conversation, renderer, style, term)
-    except ClientError as exc:
+    except ChatClientError as exc:
         renderer.end_line()
         return term.fail(describe_error(exc))
     finally:
@@ -158,7 +158,7 @@ def _stream_turn(conversation: Conversation, start: Callable[[], TurnStream], re
             renderer.notice("interrupted")
             return None
         renderer.notice(f"stopping run {run_id}…")
-        with contextlib.suppress(ClientError):  # it ended meanwhile: its stream has `finish` anyway
+        with contextlib.suppress(ChatClientError):  # it ended meanwhile: its stream has `finish` anyway
             conversation.client.cancel(run_id)
         try:
             for chunk in turn.resume():
@@ -188,7 +188,7 @@ def run_show(url: str, token: str | None, run_id: str, term: Terminal, *, as_jso
     try:
         with ChatClient(url, token=token) as client:
             status = client.run_status(run_id)
-    except ClientError as exc:
+    except ChatClientError as exc:
         return term.fail(describe_error(exc))
     if as_json:
         term.stdout.write(json.dumps(status, indent=2, ensure_ascii=False) + "\n")
@@ -249,7 +249,7 @@ def run_follow(
                     term.stdout.flush()
                 else:
                     renderer.chunk(chunk)
-    except ClientError as exc:
+    except ChatClientError as exc:
         renderer.idle()
         renderer.end_line()
         return term.fail(describe_error(exc))
@@ -276,7 +276,7 @@ def run_cancel(url: str, token: str | None, run_id: str, term: Terminal) -> int:
     try:
         with ChatClient(url, token=token) as client:
             result = client.cancel(run_id)
-    except ClientError as exc:
+    except ChatClientError as exc:
         return term.fail(describe_error(exc))
     term.stdout.write(f"{result.get('runId', run_id)}: {result.get('status', 'cancelled')}\n")
     return 0

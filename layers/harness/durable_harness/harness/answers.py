@@ -13,11 +13,11 @@ from ..errors import ToolError
 from ..messages import (
     AssistantMessage,
     ModelMessage,
-    ToolApprovalRequestPart,
+    ToolApprovalRequestContent,
     ToolApprovalResponsePart,
-    ToolCallPart,
+    ToolCallContent,
     ToolMessage,
-    ToolResultPart,
+    ToolResultContent,
 )
 
 
@@ -26,9 +26,9 @@ class AnsweredApproval:
     """An approval response in the last tool message, matched with the request and call it answers."""
 
     response: ToolApprovalResponsePart
-    request: ToolApprovalRequestPart
-    call: ToolCallPart
-    result: ToolResultPart | None
+    request: ToolApprovalRequestContent
+    call: ToolCallContent
+    result: ToolResultContent | None
     """The call's result already in the history (a denial's ``execution-denied``, or an earlier run's)."""
 
     @property
@@ -51,16 +51,16 @@ def match_approvals(messages: list[ModelMessage]) -> list[AnsweredApproval]:
     responses = [p for p in last.content if isinstance(p, ToolApprovalResponsePart)]
     if not responses:
         return []
-    requests: dict[str, ToolApprovalRequestPart] = {}
-    calls: dict[str, ToolCallPart] = {}
+    requests: dict[str, ToolApprovalRequestContent] = {}
+    calls: dict[str, ToolCallContent] = {}
     for message in messages[:-1]:
         if isinstance(message, AssistantMessage):
             for part in message.content:
-                if isinstance(part, ToolApprovalRequestPart):
+                if isinstance(part, ToolApprovalRequestContent):
                     requests[part.approval_id] = part
-                elif isinstance(part, ToolCallPart):
+                elif isinstance(part, ToolCallContent):
                     calls[part.tool_call_id] = part
-    results = {p.tool_call_id: p for p in last.content if isinstance(p, ToolResultPart)}
+    results = {p.tool_call_id: p for p in last.content if isinstance(p, ToolResultContent)}
     matched = []
     for response in responses:
         request = requests.get(response.approval_id)

@@ -45,9 +45,9 @@ from ..messages import (
     ReasoningPart,
     SystemMessage,
     TextPart,
-    ToolCallPart,
+    ToolCallContent,
     ToolMessage,
-    ToolResultPart,
+    ToolResultContent,
     UserMessage,
 )
 from ..protocol import harness_parts as hp
@@ -241,7 +241,7 @@ def _convert(message: ModelMessage) -> tuple[str, list[dict[str, Any]]]:
                     blocks.append({"type": "thinking", "thinking": part.text, "signature": anthropic["signature"]})
                 elif anthropic.get("redactedData"):
                     blocks.append({"type": "redacted_thinking", "data": anthropic["redactedData"]})
-            elif isinstance(part, ToolCallPart) and not part.provider_executed:
+            elif isinstance(part, ToolCallContent) and not part.provider_executed:
                 blocks.append(
                     {
                         "type": "tool_use",
@@ -254,7 +254,7 @@ def _convert(message: ModelMessage) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(message, ToolMessage):
         results: list[dict[str, Any]] = []
         for result in message.content:
-            if not isinstance(result, ToolResultPart):
+            if not isinstance(result, ToolResultContent):
                 continue
             block: dict[str, Any] = {
                 "type": "tool_result",

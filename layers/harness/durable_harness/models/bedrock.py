@@ -16,12 +16,13 @@ harness parts:
   ``internalServerException``, ``modelStreamErrorException``: retryable;
   ``validationException``: not) -> :class:`~durable_harness.errors.ModelError`.
 
-The default client makes one attempt (the agent loop retries, the provider never does): in Lambda
-the lite client of :mod:`durable_harness.aws.lite` (no botocore import or client creation: the chat
-function's first turn starts sooner), elsewhere a ``bedrock-runtime`` client of the process's shared
-botocore session (region and credentials from the usual AWS chain); both come from
-:func:`durable_harness.aws.clients.make_client` and raise botocore's exceptions, which
-:func:`~.bedrock_errors.model_error` maps.
+A model given no client makes one on first use with the factory its composition root installed
+(:func:`set_client_factory`): the local kit's is :func:`botocore_client` (a ``bedrock-runtime``
+client, region and credentials from the usual AWS chain), a function's makes the lite client of
+the AWS adapters in Lambda (no botocore import or client creation: the chat function's first turn
+starts sooner); without a root it is :func:`botocore_client`. Every one makes one attempt (the
+agent loop retries, the provider never does) with :data:`CLIENT_SETTINGS`, and raises botocore's
+exceptions, which :func:`~.bedrock_errors.model_error` maps.
 The caller needs ``bedrock:InvokeModelWithResponseStream`` on the model (or inference profile).
 """
 
@@ -32,7 +33,7 @@ import base64
 import contextlib
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,9 +49,9 @@ from ..messages import (
     ReasoningPart,
     SystemMessage,
     TextPart,
-    ToolCallPart,
+    ToolCallContent,
     ToolMessage,
-    ToolResultPart,
+    ToolResultContent,
     UserMessage,
 )
 from ..protocol import harness_parts as hp
@@ -99,29 +100,48 @@ _DOCUMENT_FORMATS = {
 _END = object()
 
 
-def default_client() -> Any:
-    """A ``bedrock-runtime`` client that never retries (one attempt), with a long read timeout.
+CLIENT_SETTINGS: dict[str, Any] = {"connect_timeout": 10.0, "read_timeout": 600.0, "max_attempts": 1}
+"""The ``bedrock-runtime`` client's settings, whichever client a root makes: one attempt (the agent
+loop retries a failed turn, the provider never does), a 10 s connect timeout and a 600 s read
+timeout (a model may think for minutes before its first event). The lite client's names."""
 
-    In Lambda :func:`~durable_harness.aws.clients.make_client` makes it a lite client, whose
-    defaults are these settings (the config is made only for a botocore client: importing
-    ``botocore.config`` alone costs a cold start tens of milliseconds).
-    """
-    from ..aws.clients import make_client
-
-    return make_client("bedrock-runtime", _client_config)  # the process's botocore session: no second one
+ClientFactory = Callable[[], Any]
+"""Makes a ``bedrock-runtime`` client (boto3's or one with its methods and errors)."""
 
 
-def _client_config() -> Any:
+def client_config() -> Any:
+    """:data:`CLIENT_SETTINGS` as a botocore ``Config`` (imported here: ``botocore.config`` alone
+    costs a cold start tens of milliseconds, which a lite client does not pay)."""
     from botocore.config import Config
 
-    from ..aws.lite import bedrock as lite  # the settings, kept once for both kinds of client
-
     return Config(
-        retries={"total_max_attempts": lite.MAX_ATTEMPTS, "mode": "standard"},
-        connect_timeout=lite.CONNECT_TIMEOUT,
-        read_timeout=lite.READ_TIMEOUT,
+        retries={"total_max_attempts": CLIENT_SETTINGS["max_attempts"], "mode": "standard"},
+        connect_timeout=CLIENT_SETTINGS["connect_timeout"],
+        read_timeout=CLIENT_SETTINGS["read_timeout"],
         user_agent_extra="durable-harness",
     )
+
+
+def botocore_client() -> Any:
+    """A botocore ``bedrock-runtime`` client with :func:`client_config` (region and credentials from
+    the usual AWS chain): the local kit's, and the default without a composition root."""
+    import botocore.session
+
+    return botocore.session.get_session().create_client("bedrock-runtime", config=client_config())
+
+
+_client_factory: ClientFactory = botocore_client
+
+
+def set_client_factory(factory: ClientFactory | None) -> None:
+    """Install the composition root's way to make a model's default client (None: :func:`botocore_client`)."""
+    global _client_factory
+    _client_factory = factory or botocore_client
+
+
+def default_client() -> Any:
+    """A new ``bedrock-runtime`` client from the installed factory (see :func:`set_client_factory`)."""
+    return _client_factory()
 
 
 class BedrockConverseModel:
@@ -291,7 +311,7 @@ def _convert(message: ModelMessage, tools_allowed: bool) -> tuple[str, list[dict
                     blocks.append({"reasoningContent": reasoning})
                 elif bedrock.get("redactedData"):
                     blocks.append({"reasoningContent": {"redactedContent": base64.b64decode(bedrock["redactedData"])}})
-            elif isinstance(part, ToolCallPart) and not part.provider_executed:
+            elif isinstance(part, ToolCallContent) and not part.provider_executed:
                 if tools_allowed:
                     call = {
                         "toolUseId": part.tool_call_id,
@@ -305,7 +325,7 @@ def _convert(message: ModelMessage, tools_allowed: bool) -> tuple[str, list[dict
     if isinstance(message, ToolMessage):
         results: list[dict[str, Any]] = []
         for result in message.content:
-            if not isinstance(result, ToolResultPart):
+            if not isinstance(result, ToolResultContent):
                 continue
             output = result.output
             if not tools_allowed:

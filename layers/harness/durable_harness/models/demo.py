@@ -13,7 +13,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..messages import TextPart, ToolMessage, ToolResultPart, UserMessage
+from ..messages import TextPart, ToolMessage, ToolResultContent, UserMessage
 from ..protocol import harness_parts as hp
 from .base import ModelRequest, ModelStreamPart, finish
 
@@ -93,7 +93,7 @@ class DemoModel:
     async def _answer_from_results(self, results: ToolMessage, step: int) -> AsyncIterator[ModelStreamPart]:
         facts = []
         for result in results.content:
-            if not isinstance(result, ToolResultPart):
+            if not isinstance(result, ToolResultContent):
                 continue
             value: Any = getattr(result.output, "value", None)
             if result.output.type == "execution-denied" or (
@@ -136,7 +136,7 @@ def _long_steps_done(request: ModelRequest) -> int:
         if isinstance(message, UserMessage):
             break
         if isinstance(message, ToolMessage):
-            done += sum(1 for p in message.content if isinstance(p, ToolResultPart) and p.tool_name == "long_step")
+            done += sum(1 for p in message.content if isinstance(p, ToolResultContent) and p.tool_name == "long_step")
     return done
 
 

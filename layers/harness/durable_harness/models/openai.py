@@ -39,9 +39,9 @@ from ..messages import (
     ModelMessage,
     SystemMessage,
     TextPart,
-    ToolCallPart,
+    ToolCallContent,
     ToolMessage,
-    ToolResultPart,
+    ToolResultContent,
     UserMessage,
 )
 from ..protocol import harness_parts as hp
@@ -205,7 +205,7 @@ def _convert(message: ModelMessage) -> list[dict[str, Any]]:
                 "function": {"name": p.tool_name, "arguments": tool_input_text(p.input)},
             }
             for p in message.content
-            if isinstance(p, ToolCallPart) and not p.provider_executed
+            if isinstance(p, ToolCallContent) and not p.provider_executed
         ]
         if not text and not calls:
             return []  # reasoning, files and approval requests are not sent back
@@ -217,7 +217,7 @@ def _convert(message: ModelMessage) -> list[dict[str, Any]]:
         return [
             {"role": "tool", "tool_call_id": p.tool_call_id, "content": tool_output_text(p.output)}
             for p in message.content
-            if isinstance(p, ToolResultPart)
+            if isinstance(p, ToolResultContent)
         ]
     raise ModelError(f"unsupported message role {getattr(message, 'role', message)!r}")
 

@@ -340,7 +340,7 @@ def _assistant_tool_parts(part: _ToolPartFields) -> list[mm.AssistantContent]:
     errored = part.state == "output-error"
     call_input = (part.input if part.input is not None else part.raw_input) if errored else part.input
     call_options, result_options = part.call_provider_metadata, part.result_provider_metadata
-    call = mm.ToolCallPart(
+    call = mm.ToolCallContent(
         tool_call_id=part.tool_call_id,
         tool_name=_name(part),
         input=call_input,
@@ -349,7 +349,7 @@ def _assistant_tool_parts(part: _ToolPartFields) -> list[mm.AssistantContent]:
     )
     items: list[mm.AssistantContent] = [call]
     if (approval := part.approval) is not None:
-        request = mm.ToolApprovalRequestPart(
+        request = mm.ToolApprovalRequestContent(
             approval_id=approval.id,
             tool_call_id=part.tool_call_id,
             is_automatic=approval.is_automatic,
@@ -366,7 +366,7 @@ def _assistant_tool_parts(part: _ToolPartFields) -> list[mm.AssistantContent]:
 
 def _result(part: _ToolPartFields, output: mm.ToolResultOutput, options: ProviderMetadata | None) -> Any:
     call_id, name = part.tool_call_id, _name(part)
-    return mm.ToolResultPart(tool_call_id=call_id, tool_name=name, output=output, provider_options=options)
+    return mm.ToolResultContent(tool_call_id=call_id, tool_name=name, output=output, provider_options=options)
 
 
 def _tool_message_parts(part: _ToolPartFields) -> list[mm.ToolContent]:

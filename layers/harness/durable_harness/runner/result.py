@@ -13,10 +13,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..agent.control import Usage
+from ..agent.control import TokenUsage
 from ..agent.results import StepRecord
 from ..errors import ProtocolError
-from ..messages import AssistantMessage, ModelMessage, ToolCallPart, ToolMessage, ToolResultPart
+from ..messages import AssistantMessage, ModelMessage, ToolCallContent, ToolMessage, ToolResultContent
 from ..protocol.assemble import UIMessageAssembler
 from ..protocol.ui_messages import convert_to_model_messages, parse_ui_messages
 from .state import StepMark
@@ -65,10 +65,10 @@ def recorded_result(chunks: Sequence[str], marks: Sequence[StepMark]) -> dict[st
             StepRecord(
                 step_number=number,
                 finish_reason=mark.finish_reason,
-                usage=Usage(input_tokens=mark.input_tokens, output_tokens=mark.output_tokens),
+                usage=TokenUsage(input_tokens=mark.input_tokens, output_tokens=mark.output_tokens),
                 text="".join(p["text"] for p in block if p["type"] == "text"),
-                tool_calls=[p for p in parts if isinstance(p, ToolCallPart)],
-                tool_results=[p for p in parts if isinstance(p, ToolResultPart)],
+                tool_calls=[p for p in parts if isinstance(p, ToolCallContent)],
+                tool_results=[p for p in parts if isinstance(p, ToolResultContent)],
             )
         )
     return {

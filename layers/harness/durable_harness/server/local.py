@@ -14,6 +14,7 @@ from typing import Any, Literal
 from ..errors import SettingsError
 from ..harness.interface import Harness
 from ..loader import load_agent
+from ..models import bedrock
 from ..runner.local import LocalOrchestrator
 from ..runner.runner import Runner
 from ..settings import Settings
@@ -52,6 +53,7 @@ def local_kit(settings: Settings, *, data_dir: str | None = None, **agent_kwargs
     ``SERVE_WEB_PAGE=0``, event URLs under ``PUBLIC_URL``. The approval secret is read now: one
     under 32 bytes stops the start, not an approval."""
 
+    bedrock.set_client_factory(bedrock.botocore_client)  # the model's client, made on first use: botocore's here
     agent = load_agent(settings.agent, **agent_kwargs)
     try:
         authenticator = authenticator_from_env(settings.environ, default_mode="none", local=True)

@@ -17,6 +17,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import SettingsError
+
 if TYPE_CHECKING:
     from ..harness.interface import Harness, HarnessEvent
     from .record import AgentInfo, SliceRecord, SliceRecorder
@@ -24,7 +26,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_TRUE = ("1", "y", "yes", "t", "true", "on")
+_TRUE = ("1", "y", "yes", "t", "true", "on")  # Powertools' strtobool
+_FALSE = ("0", "n", "no", "f", "false", "off")
+
+TRACE_DISABLED_ENV = "POWERTOOLS_TRACE_DISABLED"
 
 
 class SliceObserver(Protocol):
@@ -148,13 +153,25 @@ def otel_enabled(env: Mapping[str, str] = os.environ) -> bool:
         return False
 
 
+def tracing_enabled(env: Mapping[str, str] = os.environ) -> bool:
+    """True when Lambda's invocations are traced with X-Ray, under the rules Powertools' ``Tracer``
+    applies: inside Lambda, not under an emulator (``sam local``: no X-Ray daemon), and
+    ``POWERTOOLS_TRACE_DISABLED`` not true. The handlers' tracing (``aws/tracing.py``) and the
+    X-Ray exporter follow it; a value other than true or false is a :class:`~durable_harness.errors.SettingsError`."""
+    raw = env.get(TRACE_DISABLED_ENV, "false").strip().lower()
+    if raw not in _TRUE + _FALSE:
+        raise SettingsError(f"{TRACE_DISABLED_ENV} must be true or false, got {env.get(TRACE_DISABLED_ENV)!r}")
+    local = env.get("AWS_SAM_LOCAL") or env.get("AWS_CHALICE_CLI_MODE")
+    return bool(env.get("LAMBDA_TASK_ROOT")) and not local and raw in _FALSE
+
+
 def telemetry_from_env(harness: Harness, env: Mapping[str, str] = os.environ) -> Telemetry:
     """The telemetry this environment asks for (:data:`NO_TELEMETRY` when none).
 
     * OpenTelemetry spans when an SDK is installed (:func:`otel_enabled`), sent to the global
       tracer provider;
     * in Lambda: X-Ray subsegments when the handlers are traced
-      (:func:`durable_harness.aws.tracing.tracing_enabled`), and CloudWatch metrics (EMF) when
+      (:func:`tracing_enabled`), and CloudWatch metrics (EMF) when
       ``POWERTOOLS_METRICS_NAMESPACE`` is set (Powertools' ``POWERTOOLS_METRICS_DISABLED`` applies).
     """
     exporters: list[Exporter] = []
@@ -163,8 +180,6 @@ def telemetry_from_env(harness: Harness, env: Mapping[str, str] = os.environ) ->
 
         exporters.append(OpenTelemetryExporter())
     if env.get("LAMBDA_TASK_ROOT"):
-        from ..aws.tracing import tracing_enabled
-
         if tracing_enabled(env):
             from .xray import XRayExporter
 

@@ -7,7 +7,7 @@ As botocore's ``bedrock-agentcore`` model has them (REST-JSON, signed for ``bedr
   the body, ``runtimeSessionId`` in ``X-Amzn-Bedrock-AgentCore-Runtime-Session-Id`` (33 to 256
   characters), ``contentType`` / ``accept`` in ``Content-Type`` / ``Accept``. The response's body
   is the runtime's own answer, streamed (``text/event-stream`` for the bridge's ``attach``): it is
-  returned unread as ``response`` (:class:`StreamingBody`: ``read``, ``iter_lines``, ``close``).
+  returned unread as ``response`` (:class:`ResponseStream`: ``read``, ``iter_lines``, ``close``).
 * ``StopRuntimeSession``: ``POST /runtimes/{agentRuntimeArn}/stopruntimesession``, the session id
   in the same header, ``{"clientToken": ...}`` as the body.
 
@@ -32,7 +32,7 @@ from botocore.exceptions import ParamValidationError
 from ._client import LiteClient
 from ._transport import Response
 
-__all__ = ["MIN_SESSION_ID", "AgentCoreClient", "StreamingBody"]
+__all__ = ["MIN_SESSION_ID", "AgentCoreClient", "ResponseStream"]
 
 MIN_SESSION_ID = 33
 MAX_SESSION_ID = 256
@@ -42,7 +42,7 @@ _INVOKE = frozenset({"agentRuntimeArn", "runtimeSessionId", "payload", "qualifie
 _STOP = frozenset({"agentRuntimeArn", "runtimeSessionId", "qualifier", "clientToken"})
 
 
-class StreamingBody:
+class ResponseStream:
     """A streamed response body, as botocore's ``StreamingBody`` is read: ``read``, ``iter_lines``, ``close``.
 
     ``restart_deadline(seconds)`` gives the rest of the body that long from now (the lite
@@ -85,7 +85,7 @@ class AgentCoreClient(LiteClient):
     _modeled_retryable: ClassVar[frozenset[str]] = frozenset({"RetryableConflictException"})
 
     def invoke_agent_runtime(self, **kwargs: Any) -> dict[str, Any]:
-        """``InvokeAgentRuntime``: ``{"response": StreamingBody, "contentType", "runtimeSessionId",
+        """``InvokeAgentRuntime``: ``{"response": ResponseStream, "contentType", "runtimeSessionId",
         "statusCode", "ResponseMetadata"}``; the body is left to the caller to read and close."""
         _check(kwargs, _INVOKE, ("agentRuntimeArn", "payload"))
         payload = kwargs["payload"]
@@ -104,7 +104,7 @@ class AgentCoreClient(LiteClient):
             "contentType": response.headers.get("content-type", ""),
             "runtimeSessionId": response.headers.get("x-amzn-bedrock-agentcore-runtime-session-id", session),
             "statusCode": response.status,
-            "response": StreamingBody(response),
+            "response": ResponseStream(response),
         }
 
     def stop_runtime_session(self, **kwargs: Any) -> dict[str, Any]:

@@ -24,16 +24,13 @@ from urllib.parse import quote
 from botocore.exceptions import ConnectionClosedError, EventStreamError, ParamValidationError
 
 from . import _converse_shapes
-from ._client import LiteClient
+from ._client import CONNECT_TIMEOUT, MAX_ATTEMPTS, READ_TIMEOUT, LiteClient
 from ._eventstream import IncompleteMessage, Message, read_messages
 from ._transport import Credentials, Response
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
-    "CONNECT_TIMEOUT",
     "EVENT_TIMEOUT",
-    "MAX_ATTEMPTS",
-    "READ_TIMEOUT",
     "BedrockRuntimeClient",
     "EventStream",
     "ResponseParserError",
@@ -45,19 +42,13 @@ __all__ = [
 
 _OPERATION = "ConverseStream"
 
-CONNECT_TIMEOUT = 10.0
-READ_TIMEOUT = 600.0
-MAX_ATTEMPTS = 1
-"""The model adapter's settings (``models/bedrock.py``, the one caller): a lite client's defaults,
-and what its botocore ``Config`` is made from."""
-
 ATTEMPT_TIMEOUT = 600.0
 EVENT_TIMEOUT = 600.0
 """The deadlines of a ConverseStream call (the lite client's alone; botocore has none). The stream
 lives as long as the model writes, so it has no overall deadline: ``ATTEMPT_TIMEOUT`` bounds the
 request up to the response's head (and an error's whole body), then each event message has
 ``EVENT_TIMEOUT`` from when its read starts to its last byte. A model that thinks for minutes
-between events is within it (it is the read timeout's 600 s); an endpoint sending an event a byte
+between events is within it (it is the model adapter's read timeout, 600 s); an endpoint sending an event a byte
 at a time is not, though each byte comes within the read timeout. Each message's size is capped
 by the event-stream format (``_eventstream``), an error body by the default ``MAX_BODY``."""
 
@@ -75,10 +66,10 @@ class _Body(Protocol):
 class BedrockRuntimeClient(LiteClient):
     """The ``bedrock-runtime`` operations the harness calls (``converse_stream``), signed for ``bedrock``.
 
-    The defaults are the model adapter's (``models/bedrock.py``), the one caller: one attempt (the
-    agent loop retries a failed turn, the provider never does), a 10 s connect timeout and a 600 s
-    read timeout (a model may think for minutes before its first event), and the deadlines of
-    :data:`ATTEMPT_TIMEOUT` (to the response's head) and :data:`EVENT_TIMEOUT` (each event).
+    The timeouts and attempts are :class:`LiteClient`'s; the one caller, the model adapter, gives its
+    own (``CLIENT_SETTINGS`` of ``models/bedrock.py``: one attempt, a 600 s read timeout, through
+    ``aws/clients.py``). The deadlines are :data:`ATTEMPT_TIMEOUT` (to the response's head) and
+    :data:`EVENT_TIMEOUT` (each event).
     """
 
     _modeled_retryable = _converse_shapes.RETRYABLE_ERRORS

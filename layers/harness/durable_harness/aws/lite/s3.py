@@ -34,7 +34,7 @@ from botocore.exceptions import ClientError, FlexibleChecksumError, ParamValidat
 from . import _s3xml
 from ._client import LiteClient, Response
 
-__all__ = ["S3Client", "StreamingBody"]
+__all__ = ["ObjectBody", "S3Client"]
 
 _VALID_BUCKET = re.compile(r"^[a-zA-Z0-9.\-_]{1,255}$")  # botocore's check (handlers.VALID_BUCKET)
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9\-]{1,61}[a-z0-9]$")  # a bucket that can be a host label
@@ -42,7 +42,7 @@ _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9\-]{1,61}[a-z0-9]$")  # a bucket that
 _RESPONSE_CHECKSUMS = ("crc32", "sha1", "sha256", "sha512")
 
 
-class StreamingBody:
+class ObjectBody:
     """An object's bytes, read like botocore's ``StreamingBody`` (``read``, ``iter_chunks``,
     ``iter_lines``, iteration, ``close``). The bytes are already here: they were read, checked
     against their length and checksum, inside the call (so that a dropped read is retried)."""
@@ -77,7 +77,7 @@ class StreamingBody:
     def close(self) -> None:
         """Nothing to release: the connection went back to its pool when the call returned."""
 
-    def __enter__(self) -> StreamingBody:
+    def __enter__(self) -> ObjectBody:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,7 +92,7 @@ class S3Client(LiteClient):
     """
 
     _s3_signing = True
-    # An object is read whole, inside its attempt (StreamingBody): the harness's objects are chunk
+    # An object is read whole, inside its attempt (ObjectBody): the harness's objects are chunk
     # log segments (sealed at a few MB) and checkpoints, far below; a listing page (1000 keys of
     # 1 KB at most) stays under the default.
     _body_limits: ClassVar[dict[str, int]] = {"GetObject": 256 * 1024 * 1024}
@@ -145,7 +145,7 @@ class S3Client(LiteClient):
         IfMatch: str | None = None,
         IfNoneMatch: str | None = None,
     ) -> dict[str, Any]:
-        """Read an object: ``Body`` (a :class:`StreamingBody`), ``ContentLength``, ``ETag``,
+        """Read an object: ``Body`` (an :class:`ObjectBody`), ``ContentLength``, ``ETag``,
         ``LastModified`` ...; ``NoSuchKey`` when there is none."""
         headers = {"x-amz-checksum-mode": "ENABLED"}  # S3 then sends the checksum it stored
         _optional(headers, "range", Range, "Range")
@@ -156,7 +156,7 @@ class S3Client(LiteClient):
         checked = getattr(self._calls, "checksum", None)
         if checked is not None:
             result["ResponseMetadata"]["ChecksumAlgorithm"] = checked  # as botocore reports it
-        result["Body"] = StreamingBody(response.body)
+        result["Body"] = ObjectBody(response.body)
         return result
 
     def delete_object(self, *, Bucket: str, Key: str) -> dict[str, Any]:

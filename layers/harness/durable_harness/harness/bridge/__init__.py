@@ -10,7 +10,8 @@ Runtime. See ``docs/harness.md``, "The session bridge".
 * :mod:`.app`: the bridge (ASGI) and its commands; :mod:`.program`: one boot of the program;
   :mod:`.log`: the numbered lines on disk; :mod:`.registry`: the records in the data folder;
 * :mod:`.client`: :func:`find_or_start`, :class:`BridgeConnection`;
-* :mod:`.cli`: ``python -m durable_harness.harness.bridge``.
+* the process that serves it: ``python -m durable_harness.server.bridge`` (:mod:`durable_harness.server.bridge`);
+  its AgentCore transport: :mod:`durable_harness.aws.agentcore`.
 """
 
 from .client import (

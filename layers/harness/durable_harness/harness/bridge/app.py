@@ -56,7 +56,7 @@ class BadRequest(Exception):
 
 @dataclass
 class BridgeConfig:
-    """How a bridge runs its program (see the CLI, ``python -m durable_harness.harness.bridge --help``).
+    """How a bridge runs its program (see the CLI, ``python -m durable_harness.server.bridge --help``).
 
     ``data_dir`` set: the bridge registers in it and keeps its logs there (locally; needs
     ``session_id``); None: logs in a temporary folder, no registry (AgentCore). ``secret`` None:

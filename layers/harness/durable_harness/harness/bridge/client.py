@@ -291,7 +291,7 @@ async def _launch(
 ) -> BridgeConnection:
     secret = secrets.token_urlsafe(32)
     folder = registry.session_dir(data_dir, session_id)
-    argv = [sys.executable, "-m", "durable_harness.harness.bridge", "--session", session_id, "--data",
+    argv = [sys.executable, "-m", "durable_harness.server.bridge", "--session", session_id, "--data",
             str(data_dir), "--idle-seconds", str(idle_seconds or 0), "--grace-seconds", str(grace_seconds),
             "--config-stdin"]  # fmt: skip
     if cwd is not None:

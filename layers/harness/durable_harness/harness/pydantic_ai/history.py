@@ -76,12 +76,12 @@ class _Calls:
         """A model step's calls, and the approvals it asked for."""
         self.names.update({p.tool_call_id: p.tool_name for p in parts if isinstance(p, pm.ToolCallPart)})
         self.approvals.update(
-            {a.approval_id: a.tool_call_id for a in content if isinstance(a, mm.ToolApprovalRequestPart)}
+            {a.approval_id: a.tool_call_id for a in content if isinstance(a, mm.ToolApprovalRequestContent)}
         )
 
     def results(self, content: Sequence[Any]) -> list[pm.ModelRequestPart]:
         """The tool results in a message."""
-        results = [tool_return(r) for r in content if isinstance(r, mm.ToolResultPart)]
+        results = [tool_return(r) for r in content if isinstance(r, mm.ToolResultContent)]
         self.answered.update(r.tool_call_id for r in results)
         return list(results)
 
@@ -113,7 +113,7 @@ def user_prompt(message: mm.UserMessage) -> Prompt:
     return content
 
 
-def tool_return(result: mm.ToolResultPart) -> pm.ToolReturnPart:
+def tool_return(result: mm.ToolResultContent) -> pm.ToolReturnPart:
     """A tool result as the model is sent it."""
     output, name, call_id = result.output, result.tool_name, result.tool_call_id
     if isinstance(output, mm.ExecutionDeniedOutput):
@@ -128,7 +128,7 @@ def _response_part(item: Any) -> pm.ModelResponsePart | None:
         return pm.TextPart(content=item.text)
     if isinstance(item, mm.ReasoningPart) and item.text:
         return pm.ThinkingPart(content=item.text)
-    if isinstance(item, mm.ToolCallPart):
+    if isinstance(item, mm.ToolCallContent):
         args = item.input if isinstance(item.input, dict | str) else json.dumps(item.input)
         return pm.ToolCallPart(tool_name=item.tool_name, args=args, tool_call_id=item.tool_call_id)
     return None

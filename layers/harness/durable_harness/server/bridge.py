@@ -1,8 +1,11 @@
-"""``python -m durable_harness.harness.bridge``: run one session's bridge.
+"""``python -m durable_harness.server.bridge``: run one session's bridge.
 
-Locally (what :func:`~.client.find_or_start` runs, detached)::
+The bridge (:mod:`durable_harness.harness.bridge`) is an ASGI app; this is the process that serves
+it over this package's HTTP server (:mod:`.httpd`), so it sits with the server, not the harness.
 
-    python -m durable_harness.harness.bridge --session SESSION --data DIR --config-stdin -- PROGRAM ARGS...
+Locally (what :func:`~durable_harness.harness.bridge.client.find_or_start` runs, detached)::
+
+    python -m durable_harness.server.bridge --session SESSION --data DIR --config-stdin -- PROGRAM ARGS...
 
 reads one JSON line from stdin (``{"secret": "...", "env": {...}}``: the session's secret and the
 program's explicit variables, kept off the command line), listens on an ephemeral loopback port,
@@ -23,8 +26,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ...server import httpd
-from .app import DEFAULT_GRACE_SECONDS, DEFAULT_IDLE_SECONDS, KEEPALIVE_SECONDS, Bridge, BridgeConfig
+from ..harness.bridge.app import DEFAULT_GRACE_SECONDS, DEFAULT_IDLE_SECONDS, KEEPALIVE_SECONDS, Bridge, BridgeConfig
+from . import httpd
 
 
 async def serve_bridge(
@@ -52,7 +55,7 @@ async def serve_bridge(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m durable_harness.harness.bridge", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m durable_harness.server.bridge", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--session", help="the session id (required with --data)")
     parser.add_argument("--data", type=Path, help="the data folder to register in (local)")
@@ -130,3 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = ["main", "serve_bridge"]
+
+if __name__ == "__main__":
+    sys.exit(main())

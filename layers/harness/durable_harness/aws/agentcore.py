@@ -2,24 +2,28 @@
 
 With ``SESSION_RUNTIME=agentcore`` a persistent session's bridge runs in Amazon Bedrock AgentCore
 Runtime (``--agentcore``: one microVM per ``runtimeSessionId``). :class:`AgentCoreConnection` has
-:class:`~.client.BridgeConnection`'s interface (``start``, ``send``, ``attach``, ``status``,
-``ping``, ``kill``, ``destroy``, ``aclose``) and sends the same JSON commands as the payload of
-``InvokeAgentRuntime`` on the runtime ``AGENTCORE_RUNTIME_ARN`` (endpoint
-``AGENTCORE_RUNTIME_QUALIFIER``, default ``DEFAULT``), the session id as ``runtimeSessionId``.
+the interface of the bridge's own client (:mod:`durable_harness.harness.bridge.client`:
+``start``, ``send``, ``attach``, ``status``, ``ping``, ``kill``, ``destroy``, ``aclose``) and
+sends the same JSON commands as the payload of ``InvokeAgentRuntime`` on the runtime
+``AGENTCORE_RUNTIME_ARN`` (endpoint ``AGENTCORE_RUNTIME_QUALIFIER``, default ``DEFAULT``), the
+session id as ``runtimeSessionId``.
 
-It is built on the lite AWS client (``aws/lite/agentcore.py``: SigV4 for ``bedrock-agentcore``,
-botocore's retries and errors, deadlines), not boto3: the lite transport streams a body read by
-read as it arrives (botocore's ``StreamingBody.read(n)`` waits for ``n`` bytes), and the functions'
-cold start does not pay for botocore's client. Blocking calls run in threads (``asyncio.to_thread``).
+It is an AWS adapter (the bridge and the harness know nothing of AWS; :mod:`.runtime` installs it
+as the session transport) built on the lite AWS client (``aws/lite/agentcore.py``: SigV4 for
+``bedrock-agentcore``, botocore's retries and errors, deadlines), not boto3: the lite transport
+streams a body read by read as it arrives (botocore's ``StreamingBody.read(n)`` waits for ``n``
+bytes), and the functions' cold start does not pay for botocore's client. Blocking calls run in
+threads (``asyncio.to_thread``).
 
 An attach carries ``deadlineSeconds``, at which the bridge ends the stream; the client also drops
 the stream :data:`ATTACH_MARGIN_SECONDS` later whatever the bridge does (an invoke can otherwise
-stay open for an hour), so an attach always ends inside the slice's budget. What the errors mean:
+stay open for an hour), so an attach always ends inside the slice's budget. What the errors mean
+(the classes of :mod:`durable_harness.harness.bridge.client` unless named here):
 
 * the bridge's own answers come through unchanged: a boot that is gone (the microVM was replaced
   after an idle timeout, ``maxLifetime`` or a crash: a clean filesystem, a new bridge) raises
-  :class:`~.client.SessionLostError`, a program that exited :class:`~.client.ProgramNotRunningError`,
-  a refused command (``RuntimeClientError``, or the runtime's 4xx) :class:`~.client.BridgeError`;
+  ``SessionLostError``, a program that exited ``ProgramNotRunningError``, a refused command
+  (``RuntimeClientError``, or the runtime's 4xx) ``BridgeError``;
 * throttling, quotas, AgentCore's 5xx and dropped or stalled connections:
   :class:`SessionUnavailableError` (a :class:`~durable_harness.errors.RetryableError`: the slice is
   run again from its checkpoint);
@@ -38,13 +42,19 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
-from ...aws import lite
-from ...aws.lite._client import THROTTLING_CODES, TRANSIENT_CODES
-from ...aws.lite.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClient, StreamingBody
-from ...errors import FatalError, RetryableError
-from ...protocol.sse import SSEParser
-from .client import ATTACH_READ_TIMEOUT_SECONDS, Attachment, BridgeError, SessionCommands, checked_answer
-from .transport import SessionSpec, SessionTransport, TransportFactory
+from ..errors import FatalError, RetryableError
+from ..harness.bridge.client import (
+    ATTACH_READ_TIMEOUT_SECONDS,
+    Attachment,
+    BridgeError,
+    SessionCommands,
+    checked_answer,
+)
+from ..harness.bridge.transport import SessionSpec, SessionTransport, TransportFactory
+from ..protocol.sse import SSEParser
+from . import lite
+from .lite._client import THROTTLING_CODES, TRANSIENT_CODES
+from .lite.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClient, ResponseStream
 
 __all__ = [
     "ATTACH_MARGIN_SECONDS", "RUNTIME_ARN_ENV", "RUNTIME_QUALIFIER_ENV", "AgentCoreConnection", "SessionConfigError",
@@ -150,7 +160,7 @@ class AgentCoreConnection(SessionCommands):
 
     # --- calls ------------------------------------------------------------------------------------
 
-    def invoke(self, command: Mapping[str, Any], client: AgentCoreClient | None = None) -> StreamingBody:
+    def invoke(self, command: Mapping[str, Any], client: AgentCoreClient | None = None) -> ResponseStream:
         """``InvokeAgentRuntime`` with ``command`` as the payload (blocking): the unread response body."""
         arguments: dict[str, Any] = {
             "agentRuntimeArn": self.runtime_arn, "runtimeSessionId": self.runtime_session_id,
@@ -161,7 +171,7 @@ class AgentCoreConnection(SessionCommands):
         if self.qualifier:
             arguments["qualifier"] = self.qualifier
         try:
-            body: StreamingBody = (client or self._client).invoke_agent_runtime(**arguments)["response"]
+            body: ResponseStream = (client or self._client).invoke_agent_runtime(**arguments)["response"]
         except (ClientError, BotoCoreError) as exc:
             raise _translate(exc, f"{command.get('action')} on session {self.session_id}") from exc
         return body
@@ -262,11 +272,12 @@ class AgentCoreAttachment(Attachment):
 
 
 def agentcore_factory(env: Mapping[str, str] = os.environ) -> TransportFactory:
-    """The deployed :data:`~.transport.TransportFactory` of ``SESSION_RUNTIME=agentcore``.
+    """The deployed ``TransportFactory`` (:mod:`durable_harness.harness.bridge.transport`) of
+    ``SESSION_RUNTIME=agentcore``.
 
     The program, its environment and the idle timeout are the runtime's (packaged in its code, its
     ``EnvironmentVariables``, its lifecycle settings: ``docs/harness.md``), so of a
-    :class:`~.transport.SessionSpec` only the session id is used: AgentCore starts the session's
+    ``SessionSpec`` only the session id is used: AgentCore starts the session's
     microVM, and its bridge, at the first invoke."""
 
     async def connect(spec: SessionSpec) -> SessionTransport:
