@@ -41,6 +41,8 @@ from .stack import MotoStack
 
 RUNS = int(os.environ.get("FAULT_RUNS", "50"))
 SEED = 22
+HANG = 900.0
+"""Seconds a chat's request may take before the test calls it hung."""
 THROTTLE, FIVE_XX = "TooManyRequestsException", "ServiceException"
 DYNAMODB = ("ProvisionedThroughputExceededException", "InternalServerError")
 # A slice makes about ten DynamoDB calls and one invocation: the rates make about one slice in
@@ -169,8 +171,11 @@ def chat_event(n: int) -> dict[str, Any]:
 
 async def stream_to_finish(app: Any, event: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     """POST the chat, then resume with GET from the chunks received, as the client does, until
-    ``finish``; the run id and every chunk received."""
-    response = await call(app, event, timeout=240)
+    ``finish``; the run id and every chunk received.
+
+    The bound is for a hang, not a pace: 50 runs in one process take about a minute on an idle
+    2-core machine, and more than 240 s per POST on one loaded by two busy loops and other work."""
+    response = await call(app, event, timeout=HANG)
     assert response.status == 200, response.body
     run_id = response.headers["x-workflow-run-id"]
     chunks = response.chunks()
@@ -178,7 +183,7 @@ async def stream_to_finish(app: Any, event: dict[str, Any]) -> tuple[str, list[d
         if chunks and chunks[-1]["type"] == "finish":
             break
         get = with_path(sample_event("chat-get.json"), f"/api/chat/{run_id}/stream", f"startIndex={len(chunks)}")
-        resumed = await call(app, get, timeout=240)
+        resumed = await call(app, get, timeout=HANG)
         assert resumed.status == 200, resumed.body
         chunks += resumed.chunks()
     return run_id, chunks
