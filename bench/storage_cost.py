@@ -44,11 +44,11 @@ from _common import (
     user_turn,
     verdict,
 )
+from durable_harness.chunks.writer import ChunkWriter
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState
 from durable_harness.server.service import ChatService, ServiceConfig
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
-from durable_harness.storage.writer import ChunkWriter
 from durable_harness.telemetry.costs import (
     SFN_FIXED,
     SFN_PER_SLICE,

@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 from _common import MotoAws, machine, median, serve, table, text_delta, verdict
 from durable_harness.agent.loop import ToolLoopAgent
+from durable_harness.chunks.writer import ChunkWriter
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.base import ModelRequest, finish
 from durable_harness.models.scripted import FunctionModel
@@ -48,7 +49,6 @@ from durable_harness.server.local import build_local_kit
 from durable_harness.server.service import ChatService
 from durable_harness.storage.files import FileChunkLog
 from durable_harness.storage.memory import MemoryCheckpointStore
-from durable_harness.storage.writer import ChunkWriter
 
 TARGET = 5000.0
 RUN = "wrun_0123456789abcdefghjkmnpqrs"

@@ -7,6 +7,8 @@ The contract's test functions are imported as they are; pytest collects them her
 from __future__ import annotations
 
 from tests.storage.test_storage_contract import (
+    test_a_created_record_is_handed_out_without_the_writers_value,
+    test_a_fenced_claim_or_save_says_which_write_expected_which_version,
     test_a_turn_starts_from_the_last_checkpoint_of_its_chats_previous_run,
     test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks,
     test_a_writers_value_is_used_for_its_save_only_and_never_handed_back,
@@ -19,6 +21,7 @@ from tests.storage.test_storage_contract import (
     test_create_starts_at_version_1_epoch_0_and_load_returns_it,
     test_create_twice_raises_run_exists,
     test_empty_append_changes_nothing,
+    test_every_log_refuses_what_some_log_could_not_store,
     test_loaded_records_do_not_alias_the_store,
     test_log_fence,
     test_negative_read_arguments_are_rejected,
@@ -35,6 +38,8 @@ from tests.storage.test_storage_contract import (
 )
 
 __all__ = [
+    "test_a_created_record_is_handed_out_without_the_writers_value",
+    "test_a_fenced_claim_or_save_says_which_write_expected_which_version",
     "test_a_turn_starts_from_the_last_checkpoint_of_its_chats_previous_run",
     "test_a_writer_with_a_stale_version_can_write_neither_checkpoint_nor_chunks",
     "test_a_writers_value_is_used_for_its_save_only_and_never_handed_back",
@@ -47,6 +52,7 @@ __all__ = [
     "test_create_starts_at_version_1_epoch_0_and_load_returns_it",
     "test_create_twice_raises_run_exists",
     "test_empty_append_changes_nothing",
+    "test_every_log_refuses_what_some_log_could_not_store",
     "test_loaded_records_do_not_alias_the_store",
     "test_log_fence",
     "test_negative_read_arguments_are_rejected",

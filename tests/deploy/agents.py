@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from durable_harness import Agent, CallOptions, ToolContext, tool
+from durable_harness.chunks.writer import ChunkWriter
 from durable_harness.errors import StorageError
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
-from durable_harness.storage.writer import ChunkWriter
 from pydantic import BaseModel
 
 from .iam import ACTOR

@@ -12,7 +12,7 @@ from durable_harness.messages import AssistantMessage, TextPart, UserMessage
 from durable_harness.protocol.translate import ToolCallInfo
 from durable_harness.runner.encoding import StateEncoder
 from durable_harness.runner.state import RunState, StepMark, checkpoint_of
-from durable_harness.storage.records import dumps
+from durable_harness.sealed import dumps
 from durable_harness.storage.sqlite import SqliteCheckpointStore
 
 

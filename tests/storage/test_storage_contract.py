@@ -366,3 +366,48 @@ def test_a_writers_value_is_used_for_its_save_only_and_never_handed_back(store: 
     grown = {"history": ["x" * 100] * 21, "step": 2}
     again = store.save(replace(saved, state=json.dumps(grown, separators=(",", ":"))), saved.version)
     assert json.loads(store.load("run-1").state) == grown and again.value is None
+
+
+# --- the contract the bases hold once (checkpoints/base.py, chunks/base.py) -----------------------
+
+
+def test_a_created_record_is_handed_out_without_the_writers_value(store: CheckpointStore) -> None:
+    state = {"step": 0}
+    created = store.create(record(state=json.dumps(state, separators=(",", ":")), value=state))
+    assert created.value is None
+
+
+def test_a_fenced_claim_or_save_says_which_write_expected_which_version(store: CheckpointStore) -> None:
+    store.create(record())
+    store.claim("run-1", 1)
+    with pytest.raises(FencedError, match=r"claim expected version 1, found 2"):
+        store.claim("run-1", 1)
+    with pytest.raises(FencedError, match=r"save expected version 1, found 2"):
+        store.save(record(state='{"stale":true}'), 1)
+
+
+def test_every_log_refuses_what_some_log_could_not_store(log: ChunkLog) -> None:
+    """A run id that could not be a folder name or part of an S3 key, or a negative epoch, is refused
+    by every log alike (the in-memory fake too), before anything is written."""
+    calls: list[Callable[[str, int], object]] = [
+        lambda run_id, epoch: log.open(run_id, epoch),
+        lambda run_id, epoch: log.append(run_id, 0, ["a"], epoch),
+    ]
+    reads: list[Callable[[str], object]] = [
+        lambda run_id: log.read(run_id, 0),
+        lambda run_id: log.count(run_id),
+        lambda run_id: log.tail(run_id, 1),
+    ]
+    for bad in ("", "../run-1", "run/1", "-run"):
+        for call in calls:
+            with pytest.raises(ValueError, match="invalid run id"):
+                call(bad, 0)
+        for read in reads:
+            with pytest.raises(ValueError, match="invalid run id"):
+                read(bad)
+    for call in calls:
+        with pytest.raises(ValueError, match="epoch must be"):
+            call("run-1", -1)
+    with pytest.raises(ValueError):
+        log.tail("run-1", -1)
+    assert log.count("run-1") == 0

@@ -26,7 +26,7 @@ class Checkpoint:
     ``state`` is the JSON text of the run state; stores treat it as opaque. ``status``,
     ``principal`` and ``chat_id`` are copied out of it so that stores can index them. ``value``,
     when the writer has it, is the JSON value of ``state`` (which the writer never changes again):
-    a store's save diffs it instead of parsing ``state`` (:mod:`durable_harness.storage.records`).
+    a store's save diffs it instead of parsing ``state`` (:mod:`durable_harness.checkpoints.records`).
     """
 
     run_id: str
@@ -65,7 +65,7 @@ class CheckpointStore(Protocol):
         (version + 1, epoch unchanged). Raises ``FencedError`` otherwise; nothing is written.
 
         Stores keep a run as a small head plus append-only records (decision D14,
-        :mod:`durable_harness.storage.records`): a save writes what changed since the version it
+        :mod:`durable_harness.checkpoints.records`): a save writes what changed since the version it
         replaces, never the whole history. ``load`` returns a state equal in value to the one saved
         (the same text for compact JSON)."""
         ...
@@ -149,7 +149,7 @@ class RetriedAppends(Protocol):
     """A chunk log that tells whether a run's last append had to be retried (optional).
 
     DynamoDB throttles a partition under pressure; the chunk writer
-    (:class:`~durable_harness.storage.writer.ChunkWriter`) backs off its pace while appends are
+    (:class:`~durable_harness.chunks.writer.ChunkWriter`) backs off its pace while appends are
     retried. A log without it keeps the writer's pace as it is.
     """
 

@@ -1,7 +1,7 @@
 """Sealed JSON: an object or array whose compact text is known and that is never changed again.
 
 A run's history (the loop's messages, the runner's step marks) is serialized once, sealed, and then
-shared by every checkpoint that holds it: :func:`durable_harness.storage.records.encode` writes a
+shared by every checkpoint that holds it: :func:`durable_harness.checkpoints.records.encode` writes a
 sealed part as its text, and the store's diff passes over a part that is the same object in the
 state it holds and the one saved (issue 20). Below the agent, the runner and the stores, which all
 use it.

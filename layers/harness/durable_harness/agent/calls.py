@@ -176,7 +176,7 @@ def dump_state(state: LoopTurnState) -> dict[str, Any]:
 
     Incremental: the JSON of a message older than the last :data:`RECENT_MESSAGES` (and of a step
     summary but the last) is reused from the previous dump while it is the same object at the same
-    place, sealed (:func:`~durable_harness.storage.records.seal`), so neither this dump nor the
+    place, sealed (:func:`~durable_harness.sealed.seal`), so neither this dump nor the
     checkpoint made of it serializes the whole history again (equal to
     ``state.model_dump(mode="json", by_alias=True)``).
     """

@@ -4,7 +4,7 @@ A run's state holds its history several times over: the harness's turn (the buil
 messages and step summaries), the runner's step marks and chunk times, and the stream translator's
 tool calls. Serializing all of it at every step, and having the store parse and compare it, made a
 step cost more the longer the run. :class:`StateEncoder` keeps, for one slice, the JSON of every
-history item it has seen, as sealed parts (:func:`~durable_harness.storage.records.seal`): an item
+history item it has seen, as sealed parts (:func:`~durable_harness.sealed.seal`): an item
 is serialized once, and a checkpoint's text and value (``Checkpoint.value``) are assembled from
 them, the store diffing the value by identity. The text is the one ``model_dump_json`` writes, up to
 how numbers are spelled; the value is equal to it.
@@ -19,10 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..checkpoints.records import encode_into
 from ..ports import Checkpoint
 from ..protocol.translate import ToolCallInfo, TranslatorState
 from ..sealed import SealedDict, SealedList, dumps, leading, seal
-from ..storage.records import encode_into
 from .state import RunState, checkpoint_of
 
 __all__ = ["StateEncoder"]

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from typing import Literal
 
 from ..approvals import ApprovalSecret
+from ..chunks.writer import ChunkWriter
 from ..errors import FatalError, FencedError, LogConflictError
 from ..harness import interface as hi
 from ..ledger import ApprovalLedger, approval_key
 from ..ports import Checkpoint, CheckpointStore, ChunkLog
 from ..protocol.translate import StreamTranslator
 from ..protocol.ui_chunks import ErrorChunk, FinishChunk, UIMessageChunk, encode_ui_chunk
-from ..storage.writer import ChunkWriter
 from .progress import SliceProgress
 from .state import RunState, StreamContext, foreign, state_of
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..chunks.writer import ChunkWriter
 from ..errors import FencedError
 from ..ports import Checkpoint, CheckpointStore
 from ..protocol.translate import StreamTranslator
-from ..storage.writer import ChunkWriter
 from .encoding import StateEncoder
 from .state import RunState, StreamContext
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ..approvals import ApprovalSecret
+from ..chunks.writer import ChunkWriter
 from ..errors import FatalError, FencedError, ModelError, OutputError, ProtocolError
 from ..harness import interface as hi
 from ..ids import new_id, new_run_id
@@ -40,7 +41,6 @@ from ..protocol.ui_chunks import (
     ToolOutputDeniedChunk,
     UIMessageChunk,
 )
-from ..storage.writer import ChunkWriter
 from ..telemetry import Telemetry, telemetry_from_env
 from ..waits import EventBook
 from .continuation import ContinuationResolver, turn_request
@@ -74,7 +74,7 @@ class Runner(RunEndings):
     ``telemetry`` sees every slice (:mod:`durable_harness.telemetry`); by default the one the
     environment asks for, chosen at the first slice.
     ``flush_interval`` and ``flush_burst`` pace the chunk log's group commit
-    (:class:`~durable_harness.storage.writer.ChunkWriter`).
+    (:class:`~durable_harness.chunks.writer.ChunkWriter`).
     ``checkpoint_grace``: how long a ``deferrable`` harness checkpoint waits to be superseded by the
     next one before it is written anyway (``None``: until the next one; 0: written at once); see
     :mod:`durable_harness.runner.progress`.

@@ -10,11 +10,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from ..chunks.writer import ChunkWriter
 from ..errors import RunNotFoundError
 from ..harness.interface import HarnessOptions
 from ..ports import ChatRuns, CheckpointStore, ChunkLog
 from ..protocol.ui_chunks import ResetStepChunk, UIMessageChunk, encode_ui_chunk
-from ..storage.writer import ChunkWriter
 from .state import RunState, foreign, state_of
 
 logger = logging.getLogger("durable_harness.runner.runner")  # the runner's own logger

@@ -92,7 +92,7 @@ def build_local_kit(
 
     Local writes are cheap, so the group-commit interval is short (10 ms) to keep latency low, and
     its burst is 2: the first chunk of the model's output goes out at once, not an interval after
-    the slice's opening ``start`` (see :mod:`durable_harness.storage.writer`).
+    the slice's opening ``start`` (see :mod:`durable_harness.chunks.writer`).
     Without an ``authenticator`` every caller is ``anonymous`` (local development).
     ``static_dir="auto"`` serves the built chat page (``make web``) unless ``SERVE_WEB_PAGE=0``;
     None serves no page.

@@ -35,7 +35,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import secrets
 import threading
 import weakref
@@ -45,13 +44,12 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import FencedError, LogConflictError, StorageError
+from ..chunks.base import BaseChunkLog
+from ..errors import LogConflictError, StorageError
 from ._private import FILE_MODE, make_private_dirs
-from .memory import check_chunks, check_read_args
 
 __all__ = ["FileChunkLog"]
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _DIGITS = 12
 _SUFFIX = ".jsonl"
 _CACHE_RUNS = 1024
@@ -90,7 +88,7 @@ class _RunLock:
         self.lock = threading.Lock()
 
 
-class FileChunkLog:
+class FileChunkLog(BaseChunkLog):
     """A :class:`~durable_harness.ports.ChunkLog` in a directory tree on local disk.
 
     ``fsync=True`` makes every append durable against power loss (file and directory fsync);
@@ -114,30 +112,24 @@ class FileChunkLog:
         """The directory holding one subdirectory per run."""
         return self._root
 
-    def open(self, run_id: str, epoch: int) -> int:
-        """Take the write fence for ``epoch``; return the chunk count. Raises ``FencedError``."""
-        run_dir = self._run_dir(run_id)
+    def _open(self, run_id: str, epoch: int) -> int:
+        run_dir = self._root / run_id
         with self._io_errors(run_id), self._locked(run_id, run_dir):
-            fence = self._read_fence(run_dir)
-            if epoch < fence:
-                raise FencedError(f"run {run_id!r}: epoch {epoch} is older than the log's fence {fence}")
+            fence = self._read_int(run_dir / "fence") or 0
+            self._check_fence(run_id, epoch, fence)
             if epoch > fence:
                 self._write_small(run_dir / "fence", epoch)
-            return self._count(run_id, run_dir)
+            return self._count(run_id)
 
-    def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
-        """Append ``chunks`` at ``start`` as one segment, all or nothing; returns the new count."""
-        check_chunks(chunks)
-        # Encode before taking the lock: a chunk that is not valid UTF-8 fails with nothing written.
+    def _append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
+        # One segment. Encode before taking the lock: a chunk that is not UTF-8 fails with nothing written.
         data = "".join(chunk + "\n" for chunk in chunks).encode("utf-8")
-        run_dir = self._run_dir(run_id)
+        run_dir = self._root / run_id
         with self._io_errors(run_id), self._locked(run_id, run_dir):
-            fence = self._read_fence(run_dir)
-            if epoch < fence:
-                raise FencedError(f"run {run_id!r}: epoch {epoch} is older than the log's fence {fence}")
-            count = self._count(run_id, run_dir)
-            if start != count:
-                raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {count}")
+            fence = self._read_int(run_dir / "fence") or 0
+            self._check_fence(run_id, epoch, fence)
+            count = self._count(run_id)
+            self._check_start(run_id, start, count)
             if epoch > fence:
                 self._write_small(run_dir / "fence", epoch)
             if not chunks:
@@ -151,14 +143,10 @@ class FileChunkLog:
                     self._write_small(run_dir / "tail", new_count)
         return new_count
 
-    def read(self, run_id: str, start: int, limit: int | None = None) -> list[str]:
-        """Chunks from absolute index ``start`` (at most ``limit``); empty past the end."""
-        check_read_args(start, limit)
-        run_dir = self._run_dir(run_id)
-        if limit == 0:
-            return []
+    def _read(self, run_id: str, start: int, limit: int | None) -> list[str]:
+        run_dir = self._root / run_id
         with self._io_errors(run_id):
-            total = self._count(run_id, run_dir)
+            total = self._count(run_id)
             if start >= total:
                 return []
             want = total - start if limit is None else min(limit, total - start)
@@ -176,28 +164,7 @@ class FileChunkLog:
                 raise StorageError(f"run {run_id!r}: chunk log is missing chunks before {total}")
             return out
 
-    def count(self, run_id: str) -> int:
-        """The number of chunks in the run's log (0 for a log never written)."""
-        run_dir = self._run_dir(run_id)
-        with self._io_errors(run_id):
-            return self._count(run_id, run_dir)
-
-    def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
-        """The log's count and its last ``n`` chunks (all of them when it holds fewer)."""
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
-        count = self.count(run_id)
-        start = max(0, count - n)
-        # Bounded by the count just read: chunks appended since then are not part of this tail.
-        return count, self.read(run_id, start, count - start) if n else []
-
-    # --- paths, locks, errors ----------------------------------------------------------------------
-
-    def _run_dir(self, run_id: str) -> Path:
-        # The id becomes a directory name: refuse anything that could escape the root.
-        if not _RUN_ID.fullmatch(run_id):
-            raise ValueError(f"invalid run id for the file chunk log: {run_id!r}")
-        return self._root / run_id
+    # --- locks, errors -----------------------------------------------------------------------------
 
     @contextmanager
     def _io_errors(self, run_id: str) -> Iterator[None]:
@@ -236,10 +203,6 @@ class FileChunkLog:
             return int(text)
         except ValueError:
             raise StorageError(f"corrupt chunk log file {path}: {text[:40]!r}") from None
-
-    def _read_fence(self, run_dir: Path) -> int:
-        fence = self._read_int(run_dir / "fence")
-        return 0 if fence is None else fence
 
     def _temp_path(self, run_dir: Path) -> Path:
         return run_dir / f".tmp-{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}"
@@ -302,24 +265,25 @@ class FileChunkLog:
         # split on "\n" only: str.splitlines would also split on U+2028 inside a JSON string.
         return data[:-1].decode("utf-8").split("\n")
 
-    def _count(self, run_id: str, run_dir: Path) -> int:
+    def _count(self, run_id: str) -> int:
         """The chunk count: what the cache knows (else the ``tail`` hint), advanced over any segment
         published after it. Segments are never removed, so what the cache knows is a floor."""
+        run_dir = self._root / run_id
         with self._guard:
             index = self._index.get(run_id)
             count = index.end if index is not None else None
-        if count is None:
-            count = self._read_int(run_dir / "tail") or 0
-        while True:
-            try:
-                data = (run_dir / _segment_name(count)).read_bytes()
-            except FileNotFoundError:
-                return count
-            lines = data.count(b"\n")
-            if lines == 0:
-                raise StorageError(f"corrupt empty segment {run_dir / _segment_name(count)}")
-            self._note_segment(run_id, count, count + lines)
-            count += lines
+        with self._io_errors(run_id):
+            count = count if count is not None else self._read_int(run_dir / "tail") or 0
+            while True:
+                try:
+                    data = (run_dir / _segment_name(count)).read_bytes()
+                except FileNotFoundError:
+                    return count
+                lines = data.count(b"\n")
+                if lines == 0:
+                    raise StorageError(f"corrupt empty segment {run_dir / _segment_name(count)}")
+                self._note_segment(run_id, count, count + lines)
+                count += lines
 
     def _segments_for(self, run_id: str, run_dir: Path, total: int, start: int, stop: int) -> list[int]:
         """Starts of the segments holding chunks ``[start, stop)``, all below ``total``."""

@@ -11,7 +11,7 @@ stamped with it when its tables are made, and a file of another version (or of n
 versions) is refused with :class:`~durable_harness.errors.FormatVersionError`.
 
 A run is a head row in ``runs`` plus append-only rows in ``run_records`` (the format of
-:mod:`durable_harness.storage.records`): a save inserts one record and moves the head in the same
+:mod:`durable_harness.checkpoints.records`): a save inserts one record and moves the head in the same
 transaction, so no write grows with the run's history. ``runs.state`` holds the inline base
 (``''`` once a ``full`` record superseded it).
 
@@ -29,27 +29,19 @@ import json
 import os
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any
 
-from ..errors import (
-    CorruptCheckpointError,
-    FencedError,
-    FormatVersionError,
-    RunExistsError,
-    RunNotFoundError,
-    StorageError,
-)
+from ..checkpoints.base import BaseCheckpointStore, Current, VersionConflict
+from ..checkpoints.records import Folded, Plan, fold, utf8_bytes
+from ..errors import CorruptCheckpointError, FormatVersionError, RunExistsError, RunNotFoundError, StorageError
 from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, ListPosition, RunListing, RunSummary
 from ._private import make_private_dirs, touch_private
 from ._timers import TIMERS_SCHEMA, TimerTable
-from .records import Folded, fold, plan_create, plan_save
 
 __all__ = ["DB_FORMAT", "SqliteCheckpointStore"]
 
@@ -92,7 +84,6 @@ _PRINCIPAL_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (princi
 """The runs inspector's list (``runs_of``); made when a file is opened, so that a file of this format
 made before the list existed gets it too (a no-op read once it is there)."""
 _COLUMNS = "run_id, version, epoch, status, principal, chat_id, state, meta, seq"
-_CACHE_RUNS = 256
 # Orders list_runs by "last written": clock timestamps can tie or step back, a counter bumped
 # inside the write transaction (which holds the database's write lock) cannot.
 _NEXT_SEQ = "(SELECT COALESCE(MAX(write_seq), 0) + 1 FROM runs)"
@@ -120,7 +111,7 @@ def _row_to_checkpoint(row: tuple[Any, ...], state: str) -> Checkpoint:
                       principal=principal, chat_id=chat_id, meta=decoded)  # fmt: skip
 
 
-class SqliteCheckpointStore(TimerTable):
+class SqliteCheckpointStore(BaseCheckpointStore, TimerTable):
     """A :class:`~durable_harness.ports.CheckpointStore` in a SQLite file.
 
     ``path`` is created (with its parent directories) when missing; ``":memory:"`` gives a private
@@ -128,16 +119,18 @@ class SqliteCheckpointStore(TimerTable):
     store gives up with :class:`~durable_harness.errors.StorageError`.
     """
 
+    # The heads known: the state at a version is the base of the next delta; a version's state never
+    # changes, so a hit is always right (a miss folds the records).
+    cache_runs = 256
+
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
         """Open (and if needed create) the database at ``path``."""
+        super().__init__()
         self._path = os.fspath(path)
         self._timeout = timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
-        # run -> (version, state): the state at that version is the base of the next delta; a
-        # version's state never changes, so a hit is always right (a miss folds the records).
-        self._states: OrderedDict[str, tuple[int, Folded]] = OrderedDict()
         # Connect now so that a bad path fails at construction, not at the first slice.
         with self._lock:
             self._connection()
@@ -147,32 +140,21 @@ class SqliteCheckpointStore(TimerTable):
         """The database file this store uses."""
         return self._path
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
-        """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
-        now = _now()
-        plan = plan_create(checkpoint.state)
+    def _create(self, first: Current, plan: Plan) -> Current:
+        checkpoint, now = first.record, _now()
         with self._transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO runs (run_id, version, epoch, status, principal, chat_id, state, meta,"
                 f" created_at, updated_at, write_seq, seq) VALUES (?, 1, 0, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ}, ?)"
                 " ON CONFLICT (run_id) DO NOTHING",
-                (
-                    checkpoint.run_id,
-                    checkpoint.status,
-                    checkpoint.principal,
-                    checkpoint.chat_id,
-                    plan.inline if plan.inline is not None else "",
-                    _meta_json(checkpoint.meta),
-                    now,
-                    now,
-                    0 if plan.record is None else 1,
-                ),
-            )
+                (checkpoint.run_id, checkpoint.status, checkpoint.principal, checkpoint.chat_id,
+                 plan.inline if plan.inline is not None else "", _meta_json(checkpoint.meta), now, now, first.seq),
+            )  # fmt: skip
             if cur.rowcount == 0:
                 raise RunExistsError(checkpoint.run_id)
             if plan.record is not None:
                 self._insert_record(conn, checkpoint.run_id, 1, plan.record)
-            return self._select(conn, checkpoint.run_id)
+        return first
 
     def load(self, run_id: str) -> Checkpoint:
         """The newest record of a run. Raises ``RunNotFoundError``."""
@@ -182,21 +164,14 @@ class SqliteCheckpointStore(TimerTable):
     def summary(self, run_id: str) -> RunSummary:
         """The record's summary, without its state. Raises ``RunNotFoundError``."""
         with self._guard() as conn:
-            row = conn.execute("SELECT status, principal, chat_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            raise RunNotFoundError(run_id)
-        return RunSummary(run_id, row[0], row[1], row[2])
+            return RunSummary(run_id, *self._row(conn, run_id, "status, principal, chat_id"))
 
     def version(self, run_id: str) -> int:
         """The run's current version. Raises ``RunNotFoundError``."""
         with self._guard() as conn:
-            row = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            raise RunNotFoundError(run_id)
-        return int(row[0])
+            return int(self._row(conn, run_id, "version")[0])
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
-        """Bump epoch and version if the version is still ``expected_version``."""
+    def _claim(self, run_id: str, expected_version: int) -> Checkpoint:
         with self._transaction() as conn:
             cur = conn.execute(
                 "UPDATE runs SET version = version + 1, epoch = epoch + 1, updated_at = ?,"
@@ -204,46 +179,28 @@ class SqliteCheckpointStore(TimerTable):
                 (_now(), run_id, expected_version),
             )
             if cur.rowcount == 0:
-                self._raise_lost(conn, run_id, expected_version, "claim")
+                raise VersionConflict(int(self._row(conn, run_id, "version")[0]))
             return self._select(conn, run_id)
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
-        """Replace the record if its version is still ``expected_version`` (version + 1)."""
-        run_id = checkpoint.run_id
-        with self._transaction() as conn:
-            row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None or row[1] != expected_version:
-                self._raise_lost(conn, run_id, expected_version, "save")
-            base, seq = row[6], int(row[8])
-            current = self._cached(run_id, expected_version) or self._fold(conn, run_id, base, seq)
-            base_bytes = len(base.encode("utf-8", "surrogatepass")) if seq == 0 or base else 0
-            plan, folded = plan_save(current, checkpoint.state, seq=seq, base_bytes=base_bytes, value=checkpoint.value)
-            if plan.record is not None:
-                seq += 1
-                self._insert_record(conn, run_id, seq, plan.record)
-            base = plan.inline if plan.inline is not None else "" if plan.drop_base else base
-            # epoch is deliberately absent from SET: only claim() may move the fence.
-            conn.execute(
-                "UPDATE runs SET version = version + 1, status = ?, principal = ?, chat_id = ?,"
-                f" state = ?, meta = ?, updated_at = ?, write_seq = {_NEXT_SEQ}, seq = ?"
-                " WHERE run_id = ? AND version = ?",
-                (
-                    checkpoint.status,
-                    checkpoint.principal,
-                    checkpoint.chat_id,
-                    base,
-                    _meta_json(checkpoint.meta),
-                    _now(),
-                    seq,
-                    run_id,
-                    expected_version,
-                ),
-            )
-            self._remember(run_id, expected_version + 1, folded)
-            # Not the writer's value: a record saved again with another ``state`` must not carry it.
-            return replace(
-                checkpoint, version=expected_version + 1, epoch=int(row[2]), meta=dict(checkpoint.meta), value=None
-            )
+    @contextmanager
+    def _current(self, run_id: str, expected_version: int) -> Iterator[Current]:
+        with self._transaction() as conn:  # the write inside is part of it
+            row = self._row(conn, run_id, _COLUMNS)
+            VersionConflict.check(row[1], expected_version)
+            yield self._known_at(run_id, expected_version) or self._head(conn, row)
+
+    def _write(self, current: Current, after: Current, plan: Plan) -> None:
+        saved, conn = after.record, self._connection()  # in the transaction _current holds
+        if plan.record is not None:
+            self._insert_record(conn, saved.run_id, after.seq, plan.record)
+        base = plan.inline if plan.inline is not None else "" if plan.drop_base else None  # None: unchanged
+        # epoch is deliberately absent from SET: only claim() may move the fence.
+        conn.execute(
+            "UPDATE runs SET version = version + 1, status = ?, principal = ?, chat_id = ?, state = COALESCE(?, state),"
+            f" meta = ?, updated_at = ?, write_seq = {_NEXT_SEQ}, seq = ? WHERE run_id = ? AND version = ?",
+            (saved.status, saved.principal, saved.chat_id, base, _meta_json(saved.meta), _now(), after.seq,
+             saved.run_id, current.record.version),
+        )  # fmt: skip
 
     # --- run leases (local orchestrator) -----------------------------------------------------------
 
@@ -418,20 +375,28 @@ class SqliteCheckpointStore(TimerTable):
                     conn.execute("ROLLBACK")
                 raise
 
-    def _select(self, conn: sqlite3.Connection, run_id: str) -> Checkpoint:
-        row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    @staticmethod
+    def _row(conn: sqlite3.Connection, run_id: str, columns: str) -> tuple[Any, ...]:
+        row = conn.execute(f"SELECT {columns} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             raise RunNotFoundError(run_id)
-        return self._decode(conn, row)
+        return tuple(row)
+
+    def _select(self, conn: sqlite3.Connection, run_id: str) -> Checkpoint:
+        return self._decode(conn, self._row(conn, run_id, _COLUMNS))
 
     def _decode(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> Checkpoint:
         """The record of a head row, its state folded from the base and the records."""
-        run_id, version, base, seq = row[0], int(row[1]), row[6], int(row[8])
-        folded = self._cached(run_id, version)
-        if folded is None:
-            folded = self._fold(conn, run_id, base, seq)
-            self._remember(run_id, version, folded)
-        return _row_to_checkpoint(row, folded.text)
+        return _row_to_checkpoint(row, (self._known_at(row[0], int(row[1])) or self._head(conn, row)).folded.text)
+
+    def _head(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> Current:
+        """The head of a row, its state folded (and remembered)."""
+        base, seq = row[6], int(row[8])
+        folded = self._fold(conn, row[0], base, seq)
+        base_bytes = utf8_bytes(base) if seq == 0 or base else 0  # '' once a full record superseded it
+        current = Current(_row_to_checkpoint(row, folded.text), folded, seq, base_bytes)
+        self._remember(current)
+        return current
 
     @staticmethod
     def _fold(conn: sqlite3.Connection, run_id: str, base: str, seq: int) -> Folded:
@@ -450,25 +415,6 @@ class SqliteCheckpointStore(TimerTable):
     @staticmethod
     def _insert_record(conn: sqlite3.Connection, run_id: str, seq: int, record: tuple[str, str]) -> None:
         conn.execute("INSERT INTO run_records (run_id, seq, kind, body) VALUES (?, ?, ?, ?)", (run_id, seq, *record))
-
-    def _cached(self, run_id: str, version: int) -> Folded | None:
-        # Called under the store's lock (every caller holds it through _guard or _transaction).
-        known = self._states.get(run_id)
-        return known[1] if known is not None and known[0] == version else None
-
-    def _remember(self, run_id: str, version: int, folded: Folded) -> None:
-        self._states[run_id] = (version, folded)
-        self._states.move_to_end(run_id)
-        while len(self._states) > _CACHE_RUNS:
-            self._states.popitem(last=False)
-
-    @staticmethod
-    def _raise_lost(conn: sqlite3.Connection, run_id: str, expected: int, what: str) -> NoReturn:
-        """Explain a conditional write that matched no row: missing run, or stale version."""
-        row = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            raise RunNotFoundError(run_id)
-        raise FencedError(f"run {run_id!r}: {what} expected version {expected}, found {row[0]}")
 
 
 def _prepare(conn: sqlite3.Connection, path: str) -> None:

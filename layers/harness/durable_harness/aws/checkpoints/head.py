@@ -17,7 +17,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ...errors import FencedError, RunNotFoundError
+from ...checkpoints.base import VersionConflict
+from ...errors import RunNotFoundError
 from .._errors import aws_errors, translate
 from ..table import EXPIRES_AT, FORMAT, PK, Head, run_key
 from .records import condition_failed, existing_item, n, num, write_error
@@ -83,7 +84,7 @@ class HeadTable:
         """A write of the head conditional on the version (and on the run being live, of the same
         incarnation): bumps the version, stamps ``updated_at``, pushes ``expires_at`` out; with
         ``record``, in one transaction with the put of that record item. Returns the attributes
-        ``returns`` asks for. A failed condition becomes NotFound or Fenced."""
+        ``returns`` asks for. A failed condition is reported as :class:`VersionConflict`."""
         now = int(self._clock())
         # A token of this write: if its reply is lost and botocore retries it, the retry fails the
         # version condition against our own write, and the token tells that apart from a rival.
@@ -132,13 +133,12 @@ class HeadTable:
                 raise write_error(exc, f"{what} of run {run_id!r}") from exc
             current = existing_item(exc)
             if current is None or self.expired(current):
-                raise RunNotFoundError(run_id) from None
+                raise VersionConflict(None) from None
             found = num(current[Head.VERSION])
             if current.get(Head.WRITE_ID, {}).get("S") == token and found == expected + 1:
                 return current  # our write landed; only its first reply was lost
-            if found == expected:  # only the incarnation or creation condition can have failed
-                raise FencedError(f"run {run_id!r}: {what}: the run was created again meanwhile") from None
-            raise FencedError(f"run {run_id!r}: {what} expected version {expected}, found {found}") from None
+            # found == expected: only the incarnation or creation condition can have failed
+            raise VersionConflict(found) from None
         except BotoCoreError as exc:
             raise translate(exc, f"{what} of run {run_id!r}") from exc
 

@@ -1,6 +1,6 @@
 """The DynamoDB items of a run's checkpoint: its head and its records, and how to read them in one go.
 
-The format is :mod:`durable_harness.storage.records`'s; the items' keys and attributes are
+The format is :mod:`durable_harness.checkpoints.records`'s; the items' keys and attributes are
 :mod:`..table`'s (the head ``sk = "run"``, record ``seq`` ``sk = "run#<seq, 8 digits>"``). Also
 here: how the outcome of a conditional write or transaction on these items is read.
 

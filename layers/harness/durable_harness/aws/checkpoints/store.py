@@ -1,7 +1,7 @@
 """The deployed checkpoint store: a small head item plus append-only record items per run (D14).
 
 The items are :mod:`..table`'s ``Head``, ``Record`` (the records 1..seq, full states or deltas in
-:mod:`durable_harness.storage.records`'s format) and ``Chat`` (a chat's latest run, put by each
+:mod:`durable_harness.checkpoints.records`'s format) and ``Chat`` (a chat's latest run, put by each
 run's creation). A head of another ``format`` than ``RECORD_FORMAT`` is refused.
 
 A save appends record ``seq + 1`` and moves the head in one ``TransactWriteItems`` (one request;
@@ -37,19 +37,19 @@ from __future__ import annotations
 
 import logging
 import secrets
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ...errors import CorruptCheckpointError, FencedError, RunExistsError, RunNotFoundError, StorageError
+from ...checkpoints.base import BaseCheckpointStore, Current, VersionConflict, handed_out
+from ...checkpoints.records import Plan, fold, utf8_bytes
+from ...errors import CorruptCheckpointError, RunExistsError, RunNotFoundError, StorageError
 from ...ids import is_run_id
 from ...ports import Checkpoint, ListPosition, RunListing, RunSummary
-from ...storage.records import Folded, fold, parse, plan_create, plan_save
 from .._errors import aws_errors, check_format, translate
 from ..chunklog.items import fresh_log_item, generation
 from ..table import EXPIRES_AT, FORMAT, PK, Chat, Head, Record, chat_key, run_key
@@ -75,23 +75,10 @@ __all__ = ["DynamoCheckpointStore"]
 
 logger = logging.getLogger(__name__)
 
-_CACHE_RUNS = 16
 _LOAD_ATTEMPTS = 3
 
 
-@dataclass(frozen=True)
-class _Known:
-    """A run's head at one version, as this process last read or wrote it (a version never changes)."""
-
-    record: Checkpoint
-    seq: int
-    base_bytes: int
-    """Size of the head's inline base (0: no base)."""
-    inc: str | None
-    folded: Folded
-
-
-class DynamoCheckpointStore:
+class DynamoCheckpointStore(BaseCheckpointStore):
     """A :class:`~durable_harness.ports.CheckpointStore` on a DynamoDB table (and S3 for big records).
 
     ``client`` is a boto3 DynamoDB client; ``s3_client`` and ``bucket`` enable offloading record
@@ -101,6 +88,10 @@ class DynamoCheckpointStore:
     at most after its creation. ``reset_log_head`` makes ``create`` write the run's empty chunk log
     (when the log shares the table, as deployed). ``clock`` returns epoch seconds (tests move it).
     """
+
+    # The last head this process read or wrote per run, with its state: it is the base of the next
+    # delta, and it lets claim/save skip re-reading the run.
+    cache_runs = 16
 
     def __init__(
         self,
@@ -119,31 +110,23 @@ class DynamoCheckpointStore:
     ) -> None:
         """Use ``table_name`` through ``client``; see the class docstring for the options.
         ``on_created(run_id, generation)`` hears of each run created with its empty chunk log."""
+        super().__init__()
         self._objects = StateObjects(s3_client, bucket, prefix=key_prefix, offload_bytes=offload_bytes)
         self._head = HeadTable(table_name, client, ttl_seconds=ttl_seconds, max_age_seconds=max_age_seconds,
                                clock=clock)  # fmt: skip
-        self._max_age = max_age_seconds
-        self._reset_log_head = reset_log_head
-        self._on_created = on_created
-        self._table = table_name
-        self._ddb = client
-        self._ttl = ttl_seconds
-        self._clock = clock
-        # The last head this process read or wrote per run, with its state: it is the base of the
-        # next delta, and it lets claim/save skip re-reading the run.
-        self._lock = threading.Lock()
-        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._table, self._ddb, self._clock = table_name, client, clock
+        self._ttl, self._max_age = ttl_seconds, max_age_seconds
+        self._reset_log_head, self._on_created = reset_log_head, on_created
 
     @property
     def table_name(self) -> str:
         """The DynamoDB table holding the run records."""
         return self._table
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
-        """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
-        created, existing = self._put_new(checkpoint)
+    def _create(self, first: Current, plan: Plan) -> Current:
+        created, existing = self._put_new(first, plan)
         if existing is not None:
-            raise RunExistsError(checkpoint.run_id)
+            raise RunExistsError(first.record.run_id)
         return created
 
     def create_if_absent(self, checkpoint: Checkpoint) -> tuple[Checkpoint, bool]:
@@ -151,16 +134,17 @@ class DynamoCheckpointStore:
 
         Idempotent starts use it: the same start request delivered twice creates one run.
         """
-        created, existing = self._put_new(checkpoint)
+        created, existing = self._put_new(*self._first(checkpoint))
         if existing is None:
-            return created, True
+            self._remember(created)
+            return handed_out(created.record), True
         if Head.SEQ not in existing and Head.STATE in existing:  # the whole state is in the head
-            return self._copy(self._decode(existing, []).record), False
+            return handed_out(self._decode(existing, []).record), False
         return self.load(checkpoint.run_id), False
 
     def load(self, run_id: str) -> Checkpoint:
         """The newest record of a run (one strongly consistent Query). Raises ``RunNotFoundError``."""
-        return self._copy(self._load(run_id).record)
+        return handed_out(self._load(run_id).record)
 
     def summary(self, run_id: str) -> RunSummary:
         """The record's status, principal and chat id: one strongly consistent GetItem that
@@ -203,24 +187,24 @@ class DynamoCheckpointStore:
         """The run's current version: one small strongly consistent read of the head."""
         return num(self._head.get(run_id, Head.VERSION)[Head.VERSION])
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
-        """Bump epoch and version if the version is still ``expected_version``."""
-        known = self._known_at(run_id, expected_version)
+    def _claim(self, run_id: str, expected_version: int) -> Checkpoint:
+        known = self._head_at(run_id, expected_version)
         update = "SET #version = #version + :one, #epoch = #epoch + :one, #updated_at = :u"
         # Only the counters come back, not the state.
         attrs = self._head.write(run_id, expected_version, known.inc, "claim", update, {}, returns="UPDATED_NEW")
         claimed = replace(known.record, version=num(attrs[Head.VERSION]), epoch=num(attrs[Head.EPOCH]))
         self._remember(replace(known, record=claimed))
-        return self._copy(claimed)
+        return claimed
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
-        """Append the state's record and move the head if its version is still ``expected_version``
-        (version + 1): one transaction, or one UpdateItem when no record is needed."""
-        run_id = checkpoint.run_id
-        known = self._known_at(run_id, expected_version)
-        plan, folded = plan_save(
-            known.folded, checkpoint.state, seq=known.seq, base_bytes=known.base_bytes, value=checkpoint.value
-        )
+    @contextmanager
+    def _current(self, run_id: str, expected_version: int) -> Iterator[Current]:
+        yield self._head_at(run_id, expected_version)  # the write's condition is the version check
+
+    def _write(self, current: Current, after: Current, plan: Plan) -> None:
+        """Append the state's record and move the head: one transaction, or one UpdateItem when no
+        record is needed."""
+        checkpoint = after.record
+        run_id, seq = checkpoint.run_id, after.seq
         values: dict[str, Any] = {":status": {"S": checkpoint.status}, ":meta": meta_attr(checkpoint.meta)}
         sets = ["#version = #version + :one", "#status = :status", "#meta = :meta", "#updated_at = :u"]
         removes: list[str] = []
@@ -230,39 +214,30 @@ class DynamoCheckpointStore:
             else:
                 sets.append(f"#{name} = :{name}")
                 values[f":{name}"] = {"S": value}
-        seq, base_bytes = known.seq, known.base_bytes
         if plan.inline is not None:
             sets.append("#state = :state")
             values[":state"] = {"S": plan.inline}
-            base_bytes = len(plan.inline.encode("utf-8"))
         if plan.drop_base:
             removes.append("#state")
-            base_bytes = 0
         record, body_key = None, None
         if plan.record is not None:
-            seq += 1
             sets.append("#seq = :seq")
             values[":seq"] = n(seq)
             kind, body = plan.record
-            body_key = self._objects.put(run_id, f"{known.inc or '-'}-{seq:08d}", body)
+            body_key = self._objects.put(run_id, f"{current.inc or '-'}-{seq:08d}", body)
             expiry = self._head.expiry(run_id, int(self._clock()))[0] if self._ttl is not None else None
-            record = record_item(run_id, seq, kind, body=body, body_key=body_key, inc=known.inc, expires_at=expiry)
+            record = record_item(run_id, seq, kind, body=body, body_key=body_key, inc=current.inc, expires_at=expiry)
         update = "SET " + ", ".join(sets)
         try:
-            self._head.write(run_id, expected_version, known.inc, "save", update, values, removes=removes,
+            self._head.write(run_id, current.record.version, current.inc, "save", update, values, removes=removes,
                              record=record)  # fmt: skip
-        except (FencedError, RunNotFoundError):
+        except VersionConflict:
             self._objects.delete(body_key)  # ours, and never referenced: the write did not happen
             raise
-        saved = replace(  # not the writer's value: a record saved again with another state must not carry it
-            checkpoint, version=expected_version + 1, epoch=known.record.epoch, meta=dict(checkpoint.meta), value=None
-        )
-        self._remember(_Known(saved, seq, base_bytes, known.inc, folded))
-        return self._copy(saved)
 
     # --- reads -------------------------------------------------------------------------------------
 
-    def _load(self, run_id: str) -> _Known:
+    def _load(self, run_id: str) -> Current:
         for _ in range(_LOAD_ATTEMPTS):
             items = query_run(self._ddb, self._table, run_id)
             try:
@@ -274,7 +249,7 @@ class DynamoCheckpointStore:
             return self._decode(head, records)
         raise StorageError(f"run {run_id!r}: the record keeps changing while it is read")
 
-    def _decode(self, head: dict[str, Any], records: list[dict[str, Any]]) -> _Known:
+    def _decode(self, head: dict[str, Any], records: list[dict[str, Any]]) -> Current:
         run_id = head[PK]["S"]
         check_format(head, RECORD_FORMAT, f"the record of run {run_id!r}")
         if Head.CREATED_AT in head:
@@ -285,10 +260,10 @@ class DynamoCheckpointStore:
             raise RunNotFoundError(run_id)
         bodies = [(r[Record.KIND]["S"], self._body(run_id, r)) for r in from_last_full(records)]
         base = _text(head, Head.STATE)
-        base_bytes = len(base.encode("utf-8")) if base is not None else 0
+        folded = fold(base, bodies)
         record = Checkpoint(
             run_id=run_id,
-            state="",
+            state=folded.text,
             status=head[Head.STATUS]["S"],
             version=num(head[Head.VERSION]),
             epoch=num(head[Head.EPOCH]),
@@ -296,8 +271,7 @@ class DynamoCheckpointStore:
             chat_id=_text(head, Head.CHAT_ID),
             meta={k: v["S"] for k, v in head.get(Head.META, {}).get("M", {}).items()},
         )
-        folded = fold(base, bodies)
-        known = _Known(replace(record, state=folded.text), seq, base_bytes, _text(head, Head.INC), folded)
+        known = Current(record, folded, seq, utf8_bytes(base) if base is not None else 0, _text(head, Head.INC))
         self._remember(known)
         return known
 
@@ -311,11 +285,10 @@ class DynamoCheckpointStore:
 
     # --- writes ------------------------------------------------------------------------------------
 
-    def _put_new(self, checkpoint: Checkpoint) -> tuple[Checkpoint, dict[str, Any] | None]:
-        """Conditionally put a version-1 record; returns it, or the existing head when the run exists."""
-        run_id = checkpoint.run_id
-        record = replace(checkpoint, version=1, epoch=0, meta=dict(checkpoint.meta))
-        plan = plan_create(record.state)
+    def _put_new(self, first: Current, plan: Plan) -> tuple[Current, dict[str, Any] | None]:
+        """Conditionally put the head ``first``; returns it, and the existing head when the run exists."""
+        record = first.record
+        run_id = record.run_id
         at = self._clock()
         now, clock = iso(at), int(at)
         incarnation = secrets.token_hex(5)
@@ -353,8 +326,8 @@ class DynamoCheckpointStore:
             item[Head.SEQ] = n(1)
             kind, body = plan.record
             body_key = self._objects.put(run_id, f"{incarnation}-{1:08d}", body)
-            first = record_item(run_id, 1, kind, body=body, body_key=body_key, inc=incarnation, expires_at=expires_at)
-            writes.append({"Put": {"TableName": self._table, "Item": first}})
+            item_1 = record_item(run_id, 1, kind, body=body, body_key=body_key, inc=incarnation, expires_at=expires_at)
+            writes.append({"Put": {"TableName": self._table, "Item": item_1}})
         if self._reset_log_head and is_run_id(run_id):  # other records (the approval ledger's) have no log
             head_ttl = self._max_age if self._max_age is not None else self._ttl
             head = fresh_log_item(run_id, generation(at, incarnation), None if head_ttl is None else clock + head_ttl)
@@ -374,40 +347,19 @@ class DynamoCheckpointStore:
             existing = existing_item(exc)
             if existing is None:
                 raise write_error(exc, f"creating run {run_id!r}") from exc
-            return record, existing
+            return first, existing
         except BotoCoreError as exc:
             self._objects.delete(body_key)
             raise translate(exc, f"creating run {run_id!r}") from exc
         self._head.note_created(run_id, item)
-        size = len(plan.inline.encode("utf-8")) if plan.inline is not None else 0
-        self._remember(_Known(record, 0 if plan.inline is not None else 1, size, incarnation,
-                              Folded(record.state, parse(record.state))))  # fmt: skip
         if self._on_created is not None and self._reset_log_head and is_run_id(run_id):
             self._on_created(run_id, generation(at, incarnation))
-        return self._copy(record), None
+        return replace(first, inc=incarnation), None
 
-    # --- the cache ---------------------------------------------------------------------------------
-
-    @staticmethod
-    def _copy(record: Checkpoint) -> Checkpoint:
-        return replace(record, meta=dict(record.meta))
-
-    def _remember(self, known: _Known) -> None:
-        run_id = known.record.run_id
-        with self._lock:
-            self._known[run_id] = replace(known, record=self._copy(known.record))
-            self._known.move_to_end(run_id)
-            while len(self._known) > _CACHE_RUNS:
-                self._known.popitem(last=False)
-
-    def _known_at(self, run_id: str, version: int) -> _Known:
-        """The run's head at ``version``: cached, or read (``FencedError`` if it moved on)."""
-        with self._lock:
-            known = self._known.get(run_id)
-        if known is None or known.record.version != version:
-            known = self._load(run_id)
-        if known.record.version != version:
-            raise FencedError(f"run {run_id!r}: expected version {version}, found {known.record.version}")
+    def _head_at(self, run_id: str, version: int) -> Current:
+        """The run's head at ``version``: known, or read (``VersionConflict`` if it moved on)."""
+        known = self._known_at(run_id, version) or self._load(run_id)
+        VersionConflict.check(known.record.version, version)
         return known
 
 

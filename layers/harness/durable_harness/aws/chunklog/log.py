@@ -41,7 +41,6 @@ or not anything is new. A cold ``read`` adds the Query that finds the current ge
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import threading
 import time
@@ -52,8 +51,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ...errors import FencedError, HarnessError, LogConflictError, StorageError
-from ...storage.memory import check_chunks, check_read_args
+from ...chunks.base import BaseChunkLog
+from ...errors import HarnessError, LogConflictError, StorageError
 from .._errors import error_code, error_item, translate
 from ..table import EXPIRES_AT, FORMAT, PK, Append, Index, item_key
 from .items import LOG_FORMAT, MAX_INDEX, LogItem, append_item, decode_item, encode_chunks, generation, index_key
@@ -64,7 +63,6 @@ __all__ = ["DynamoChunkLog"]
 
 logger = logging.getLogger(__name__)
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _OPEN_ATTEMPTS = 20
 _CONDITION = f"attribute_not_exists({PK}) OR (#n = :zero AND #e <= :e)"
 _NAMES = {"#n": Append.N, "#e": Append.EPOCH}
@@ -87,7 +85,7 @@ class _Writer:
     """After a failed seal, the next size-triggered one waits for this count."""
 
 
-class DynamoChunkLog:
+class DynamoChunkLog(BaseChunkLog):
     """A :class:`~durable_harness.ports.ChunkLog` in the runs table, sealed into S3.
 
     ``table_name`` is the runs table; ``bucket`` and ``s3_client`` hold the sealed segments and
@@ -96,6 +94,8 @@ class DynamoChunkLog:
     ``cache_bytes`` bounds the cache of committed chunks; ``max_workers`` the parallel requests
     of one read.
     """
+
+    max_epoch = MAX_INDEX
 
     def __init__(
         self,
@@ -138,9 +138,7 @@ class DynamoChunkLog:
 
     # --- the port ----------------------------------------------------------------------------------
 
-    def open(self, run_id: str, epoch: int) -> int:
-        """Take the write fence for ``epoch``; return the chunk count. Raises ``FencedError``."""
-        self._check(run_id, epoch)
+    def _open(self, run_id: str, epoch: int) -> int:
         self._forget(run_id)
         with self._lock:
             fresh = self._fresh.pop(run_id, None)
@@ -153,50 +151,33 @@ class DynamoChunkLog:
             if old is None:
                 self._remember(run_id, writer)
                 return writer.end
-            if old.epoch > epoch:
-                raise self._fenced(run_id, epoch, old.epoch)
+            self._check_fence(run_id, epoch, old.epoch)
             # An older writer appended at the end meanwhile: look again.
         raise StorageError(f"run {run_id!r}: the chunk log kept growing under an older writer; could not open it")
 
-    def append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
-        """Append ``chunks`` at ``start`` as one item, all or nothing; returns the new count."""
-        check_chunks(chunks)
-        self._check(run_id, epoch)
+    def _append(self, run_id: str, start: int, chunks: Sequence[str], epoch: int) -> int:
         writer = self._writers.get(run_id)
-        if writer is not None and epoch < writer.epoch:
-            # Fences only rise, so what this object wrote with is a lower bound: no request needed.
-            raise self._fenced(run_id, epoch, writer.epoch)
+        # Fences only rise, so what this object wrote with is a lower bound: no request needed.
+        self._check_fence(run_id, epoch, writer.epoch if writer is not None else 0)
         try:
             if writer is None or (writer.epoch, writer.end) != (epoch, start):
                 writer = self._writer_at(run_id, epoch)
-                if writer.end != start:
-                    raise LogConflictError(f"run {run_id!r}: append at {start}, but the log holds {writer.end} chunks")
+                self._check_start(run_id, start, writer.end)
             if not chunks:
                 return start  # an empty item would take the key of the next real one
-            return self._append(run_id, writer, tuple(chunks))
+            return self._put_chunks(run_id, writer, tuple(chunks))
         except BaseException:
             self._forget(run_id)
             raise
 
-    def read(self, run_id: str, start: int, limit: int | None = None) -> list[str]:
-        """Chunks from absolute index ``start`` (at most ``limit``); empty past the end."""
-        check_read_args(start, limit)
-        self._check(run_id, 0)
-        if limit == 0:
-            return []
+    def _read(self, run_id: str, start: int, limit: int | None) -> list[str]:
         return self._r.read(run_id, start, None if limit is None else start + limit)
 
-    def count(self, run_id: str) -> int:
-        """The number of chunks in the run's log (0 for a log never written)."""
-        self._check(run_id, 0)
+    def _count(self, run_id: str) -> int:
         return self._r.tail(run_id, 0)[0]
 
-    def tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
-        """The log's count and its last ``n`` chunks (all of them if fewer), in one read."""
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
-        self._check(run_id, 0)
-        return self._r.tail(run_id, n)
+    def _tail(self, run_id: str, n: int) -> tuple[int, list[str]]:
+        return self._r.tail(run_id, n)  # in one Query
 
     def note_fresh(self, run_id: str, gen: str) -> None:
         """The run's incarnation ``gen`` was just created here, with its empty log (the run record's
@@ -229,7 +210,7 @@ class DynamoChunkLog:
 
     # --- writing -----------------------------------------------------------------------------------
 
-    def _append(self, run_id: str, writer: _Writer, chunks: tuple[str, ...]) -> int:
+    def _put_chunks(self, run_id: str, writer: _Writer, chunks: tuple[str, ...]) -> int:
         start, epoch, gen = writer.end, writer.epoch, writer.gen
         write_id = secrets.token_hex(8)
         encoded = encode_chunks(chunks)
@@ -319,13 +300,8 @@ class DynamoChunkLog:
         """The log as its top says, for ``epoch`` to write at its end (else ``FencedError``)."""
         top = self._r.top(run_id, 0) or Top(generation(None, None), None, [])
         last = top.items[0] if top.items else None
-        if last is not None and last.epoch > epoch:
-            raise self._fenced(run_id, epoch, last.epoch)
+        self._check_fence(run_id, epoch, last.epoch if last is not None else 0)
         return _Writer(top.gen, epoch, top.end, top.index.sealed if top.index else 0)
-
-    @staticmethod
-    def _fenced(run_id: str, epoch: int, fence: int) -> FencedError:
-        return FencedError(f"run {run_id!r}: epoch {epoch} is older than the log's fence {fence}")
 
     def _remember(self, run_id: str, writer: _Writer) -> None:
         with self._lock:
@@ -338,15 +314,6 @@ class DynamoChunkLog:
 
     def _expiry(self) -> int | None:
         return None if self._ttl is None else int(self._clock()) + self._ttl
-
-    # --- names ---------------------------------------------------------------------------------------
-
-    def _check(self, run_id: str, epoch: int) -> None:
-        # The id becomes part of an S3 key: refuse anything that could escape the run's prefix.
-        if not _RUN_ID.fullmatch(run_id):
-            raise ValueError(f"invalid run id for the chunk log: {run_id!r}")
-        if not 0 <= epoch < MAX_INDEX:
-            raise ValueError(f"epoch must be in [0, {MAX_INDEX}), got {epoch}")
 
 
 def record_segment(ddb: Any, table: str, run_id: str, gen: str, start: int, end: int, expires_at: int | None) -> int:

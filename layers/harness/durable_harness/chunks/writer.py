@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from ..errors import StorageError
 from ..ports import ChunkLog, RetriedAppends
-from .memory import check_chunks
+from .base import check_chunks
 
 __all__ = ["MAX_BACKOFF", "ChunkWriter"]
 

@@ -7,9 +7,10 @@ import random
 from typing import Any
 
 import pytest
+from durable_harness.checkpoints import records
+from durable_harness.checkpoints.records import OPAQUE, Folded, diff, encode, fold, parse, patch, plan_save
 from durable_harness.errors import CorruptCheckpointError
-from durable_harness.storage import records
-from durable_harness.storage.records import OPAQUE, Folded, diff, dumps, encode, fold, parse, patch, plan_save, seal
+from durable_harness.sealed import dumps, seal
 
 
 def roundtrip(old: Any, new: Any) -> Any:

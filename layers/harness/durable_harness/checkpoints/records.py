@@ -22,10 +22,10 @@ that is not a JSON object or array, or whose delta would not be smaller, is writ
 
 A writer that knows the JSON value of the state it saves hands it over with the text
 (``Checkpoint.value``), so the store diffs it without parsing the text. Its unchanged history can
-be made of **sealed** parts (:func:`seal`: a JSON object or array whose compact text is known and
-which nobody changes again): :func:`encode` writes their text as it is, and :func:`diff` passes over
-a part that is the same object in both states without looking inside. A step's checkpoint then
-costs what the step added, not what the history holds (issue 20).
+be made of **sealed** parts (:func:`~durable_harness.sealed.seal`: a JSON object or array whose
+compact text is known and which nobody changes again): :func:`encode` writes their text as it is,
+and :func:`diff` passes over a part that is the same object in both states without looking inside.
+A step's checkpoint then costs what the step added, not what the history holds (issue 20).
 
 The state text a store returns is the text as saved when the state is a base or a ``full``
 record, and otherwise the compact JSON of the value (``json.dumps(..., separators=(",", ":"),
@@ -43,25 +43,21 @@ from itertools import islice, repeat
 from typing import Any, Literal
 
 from ..errors import CorruptCheckpointError
-from ..sealed import SealedDict, SealedList, dumps, leading, seal
+from ..sealed import SealedDict, SealedList, dumps, leading
 
 __all__ = [
     "INLINE_BYTES",
     "Folded",
     "Plan",
-    "SealedDict",
-    "SealedList",
     "diff",
-    "dumps",
     "encode",
     "encode_into",
     "fold",
-    "leading",
     "parse",
     "patch",
     "plan_create",
     "plan_save",
-    "seal",
+    "utf8_bytes",
 ]
 
 INLINE_BYTES = 512
@@ -307,13 +303,14 @@ def _ops(body: str) -> list[Any]:
     return ops
 
 
-def _size(text: str) -> int:
+def utf8_bytes(text: str) -> int:
+    """The size of ``text`` in UTF-8 (a lone surrogate counts as its three bytes)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def plan_create(text: str) -> Plan:
     """How a new run's first state is stored: inline when small, else as record 1 (``full``)."""
-    if _size(text) <= INLINE_BYTES:
+    if utf8_bytes(text) <= INLINE_BYTES:
         return Plan(inline=text)
     return Plan(record=("full", text))
 
@@ -327,13 +324,13 @@ def plan_save(current: Folded, new_text: str, *, seq: int, base_bytes: int, valu
     and the text is parsed.
     """
     new = Folded(new_text, value if isinstance(value, dict | list) else parse(new_text))
-    if seq == 0 and _size(new_text) <= INLINE_BYTES:
+    if seq == 0 and utf8_bytes(new_text) <= INLINE_BYTES:
         return Plan(inline=new_text), new
     if current.value is not OPAQUE and new.value is not OPAQUE:
         ops = diff(current.value, new.value)
         if not ops:
             return Plan(), new
         body = dumps(ops)
-        if _size(body) < _size(new_text):
+        if utf8_bytes(body) < utf8_bytes(new_text):
             return Plan(record=("delta", body)), new
     return Plan(record=("full", new_text), drop_base=base_bytes > 0), new

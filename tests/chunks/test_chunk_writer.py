@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from durable_harness.chunks.writer import MAX_BACKOFF, ChunkWriter
 from durable_harness.errors import FencedError, StorageError
 from durable_harness.ports import ChunkLog
-from durable_harness.storage import ChunkWriter, FileChunkLog, MemoryChunkLog
-from durable_harness.storage.writer import MAX_BACKOFF
+from durable_harness.storage import FileChunkLog, MemoryChunkLog
 
 RUN = "run-1"
 
