@@ -290,14 +290,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 # --- the baseline -------------------------------------------------------------------------------------
 
 
+BASELINE_SCRIPTS = ("deployed_wiring.py", "_deployed.py", "_common.py", "_targets.py", "relay_latency.py", "_stages.py")
+
+
 @contextlib.contextmanager
-def baseline_tree(rev: str) -> Iterator[Path]:
-    """The tree of ``rev`` (git archive) with this script and its helpers copied into its bench/."""
+def baseline_tree(rev: str, scripts: tuple[str, ...] = BASELINE_SCRIPTS) -> Iterator[Path]:
+    """The tree of ``rev`` (git archive) with ``scripts`` (this script and its helpers; the
+    measuring code) copied from this tree into its bench/ (``first_chunk.py --baseline`` too)."""
     with tempfile.TemporaryDirectory(prefix="dh-baseline-") as tmp:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        for name in ("deployed_wiring.py", "_deployed.py", "_common.py", "_targets.py", "relay_latency.py",
-                     "_stages.py"):  # fmt: skip
+        for name in scripts:
             shutil.copy(REPO / "bench" / name, Path(tmp) / "bench" / name)
         costs = Path(tmp) / COSTS_MODULE
         if not costs.exists():  # a tree from before the library kept the prices: the helpers need them

@@ -18,7 +18,7 @@ shares, so the receiver computes ``receive - emit`` itself.
 4. **Relay throughput**: ``--relay-runs`` runs of ``--relay-deltas`` deltas with no pacing, through
    the kit server and straight from the model server (the bare SSE path); chunks/s at the clients.
 
-    .venv/bin/python bench/first_chunk.py [--turns 20] [--deployed-turns 8] [--runs 100] [--rate 100]
+    .venv/bin/python bench/first_chunk.py [--turns 20] [--deployed-turns 8] [--runs 100] [--rate 100] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -140,6 +140,22 @@ def local_ttfc(base: str, turns: int) -> dict[str, Any]:
         return ttfc(paths, base, turns)
 
 
+def baseline_ttfc(base: str, turns: int, rev: str) -> dict[str, Any]:
+    """``--baseline``: this tree's kit and ``rev``'s side by side, each a ``--serve-kit`` process
+    (the same server, agent and model), against the direct request, interleaved turn by turn."""
+    from deployed_wiring import baseline_tree
+
+    name = model_name(deltas=5, rate=100)
+    scripts = ("first_chunk.py", "_paced_model.py", "_common.py", "_targets.py", "_stages.py")
+    with baseline_tree(rev, scripts) as tree, contextlib.ExitStack() as stack:
+        new = stack.enter_context(kit_server(base, name))
+        old = stack.enter_context(kit_server(base, name, tree))
+        nc, oc, dc = (stack.enter_context(httpx.Client()) for _ in range(3))
+        paths = {"kit": lambda: kit_turn(nc, new), "baseline": lambda: kit_turn(oc, old),
+                 "direct": lambda: direct_turn(dc, base, name)}  # fmt: skip
+        return ttfc(paths, base, turns)
+
+
 def deployed_ttfc(base: str, turns: int) -> dict[str, Any]:
     """The deployed chat function under moto against the direct request."""
     from _deployed import Metered
@@ -164,11 +180,16 @@ def deployed_ttfc(base: str, turns: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def kit_server(base: str, name: str) -> Iterator[str]:
-    """The local kit on the paced model in its own process (``--serve-kit``); yields its URL."""
+def kit_server(base: str, name: str, tree: Path | None = None) -> Iterator[str]:
+    """The local kit on the paced model in its own process (``--serve-kit``), this tree's or
+    ``tree``'s (a baseline: its library, this script); yields its URL."""
     env = os.environ | {URL_ENV: base, MODEL_ENV: name}
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-kit"],
-                            stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    script = Path(__file__).resolve()
+    if tree is not None:
+        env["PYTHONPATH"] = f"{tree / 'layers' / 'harness'}:{tree}"
+        script = tree / "bench" / script.name
+    proc = subprocess.Popen([sys.executable, str(script), "--serve-kit"], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=script.parents[1])  # fmt: skip
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
@@ -255,7 +276,7 @@ def concurrent(base: str, runs: int, rate: float, deltas: int, relay_runs: int, 
 def stage_table(result: dict[str, Any]) -> str:
     """TTFC and its stages, p50 per path."""
     rows = []
-    for path in ("kit", "direct"):
+    for path in [p for p in ("kit", "baseline", "direct") if p in result]:
         r = result[path]
         rows.append([path, median(r["ttfc"]), *(median(r[s]) for s in STAGES)])
     return table(["path", "TTFC p50 ms", *(f"{s} ms" for s in STAGES)], rows)
@@ -271,6 +292,13 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=200, help="deltas of each concurrent run")
     parser.add_argument("--relay-runs", type=int, default=10)
     parser.add_argument("--relay-deltas", type=int, default=3000)
+    parser.add_argument(
+        "--baseline",
+        default="none",
+        metavar="REV",
+        help="local TTFC: this tree's kit and REV's (git archive), each in its own server process, "
+        "interleaved turn by turn with the direct request (default none: the kit in this process)",
+    )
     parser.add_argument("--serve-kit", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_kit:
@@ -278,18 +306,26 @@ def main() -> None:
         return
     print(f"first_chunk: {machine()}")
     with paced_server() as base:
-        local = local_ttfc(base, args.turns)
+        local = (
+            local_ttfc(base, args.turns) if args.baseline == "none" else baseline_ttfc(base, args.turns, args.baseline)
+        )
         deployed = deployed_ttfc(base, args.deployed_turns) if args.deployed_turns else None
         many_runs = (
             concurrent(base, args.runs, args.rate, args.deltas, args.relay_runs, args.relay_deltas)
             if args.runs
             else None
         )
-    print(f"\nlocal kit, {args.turns} turns per path (5 deltas at 100/s), A/B/B/A, p50:\n" + stage_table(local))
+    where = "" if args.baseline == "none" else f" (kit and baseline {args.baseline} each a server process)"
+    print(f"\nlocal kit{where}, {args.turns} turns per path (5 deltas at 100/s), A/B/B/A, p50:\n" + stage_table(local))
     added = median(local["kit"]["ttfc"]) - median(local["direct"]["ttfc"])
     before = median(local["kit"][STAGES[0]]) - median(local["direct"][STAGES[0]])
+    versus = ""
+    if "baseline" in local:
+        old_added = median(local["baseline"]["ttfc"]) - median(local["direct"]["ttfc"])
+        old_before = median(local["baseline"][STAGES[0]]) - median(local["direct"][STAGES[0]])
+        versus = f"; baseline {args.baseline}: +{old_added:.1f} ms, {old_before:+.1f} ms before the model request"
     report("http.ttfc.local", f"+{added:.1f} ms p50 ({before:+.1f} ms of it before the model request; kit "
-           f"{median(local['kit']['ttfc']):.1f}, direct {median(local['direct']['ttfc']):.1f} ms)",
+           f"{median(local['kit']['ttfc']):.1f}, direct {median(local['direct']['ttfc']):.1f} ms{versus})",
            added <= HTTP_TTFC_LOCAL_MS)  # fmt: skip
     if deployed is not None:
         print(f"\ndeployed wiring under moto, {args.deployed_turns} turns per path, p50:\n" + stage_table(deployed))

@@ -25,6 +25,8 @@ from durable_harness.models.base import ModelRequest, ToolDefinition
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol.harness_parts import encode_part
 
+from tests.models._loopback import recorded_server
+
 API_KEY = "sk-ant-api03-test-SECRET-0123456789"
 MODEL = "claude-sonnet-4-5-20250929"
 SIGNATURE = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dlMOYdsP0gEJLx5iuiA3xgETOBi7e7b5EfgNjq"
@@ -687,3 +689,16 @@ async def test_the_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     assert model.model_id == f"anthropic:{MODEL}"
     await collect(model, hello())
     assert seen[0].headers["x-api-key"] == API_KEY
+
+
+async def test_consecutive_calls_reuse_one_connection() -> None:
+    # A real server on loopback (a MockTransport has no connections). The stream is read to its
+    # end after message_stop, so httpx keeps the connection: before, each call opened a new one.
+    with recorded_server(TEXT_STREAM) as (url, server):
+        model = AnthropicModel(MODEL, api_key=API_KEY, base_url=url)
+        try:
+            first, second = await collect(model, hello()), await collect(model, hello())
+        finally:
+            await model.aclose()
+    assert first == second and first[-1].startswith('{"type":"finish"')
+    assert len(server.clients) == 2 and len(set(server.clients)) == 1, server.clients

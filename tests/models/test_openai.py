@@ -27,6 +27,8 @@ from durable_harness.models.openai import OpenAIChatModel
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol.harness_parts import encode_part
 
+from tests.models._loopback import recorded_server
+
 API_KEY = "sk-test-0123456789abcdefSECRET"
 
 
@@ -700,3 +702,16 @@ async def test_the_body_is_encoded_once_and_sent_as_httpx_would_send_it() -> Non
     content = model.request_content(request)
     assert sent.content == content == httpx.Request("POST", "https://x", json=model.request_body(request)).content
     assert sent.headers["content-length"] == str(len(content))
+
+
+async def test_consecutive_calls_reuse_one_connection() -> None:
+    # A real server on loopback (a MockTransport has no connections). The stream is read to its
+    # end after [DONE], so httpx keeps the connection: before, each call opened a new one.
+    with recorded_server(TEXT_STREAM) as (url, server):
+        model = OpenAIChatModel("gpt-4o-mini", api_key=API_KEY, base_url=f"{url}/v1")
+        try:
+            first, second = await collect(model, hello()), await collect(model, hello())
+        finally:
+            await model.aclose()
+    assert first == second and first[-1].startswith('{"type":"finish"')
+    assert len(server.clients) == 2 and len(set(server.clients)) == 1, server.clients

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 from durable_harness.agent.loop import ToolLoopAgent
 from durable_harness.errors import ModelError
 from durable_harness.messages import TextPart, UserMessage
-from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
+from durable_harness.models.base import ModelRequest, ModelStreamPart
+from durable_harness.models.scripted import FunctionModel, ScriptedModel, text_step, tool_calls_step
 from durable_harness.runner import LocalOrchestrator, Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 from durable_harness.tools import tool
@@ -169,13 +171,16 @@ async def test_crash_inside_a_tool_continues_without_reset_when_the_log_matches_
     assert executions == Counter({"fetch:alpha": 1, "fetch:beta": 2, "count:gamma": 1})
 
 
+@pytest.mark.parametrize("open_with_start", [False, True])
 @pytest.mark.parametrize("after_write", [False, True])
-async def test_a_crash_at_any_append_recovers_to_the_same_message(after_write: bool) -> None:
+async def test_a_crash_at_any_append_recovers_to_the_same_message(after_write: bool, open_with_start: bool) -> None:
     expected, _ = await run_uninterrupted()
     for point in range(len(expected)):  # the append that holds each chunk of the turn, in turn
         executions: Counter[str] = Counter()
         log = CrashingLog(MemoryChunkLog(), crash_at_chunk=point, after_write=after_write)
-        runner = Runner(make_agent(executions), MemoryCheckpointStore(), log, flush_interval=0)
+        runner = Runner(
+            make_agent(executions), MemoryCheckpointStore(), log, flush_interval=0, open_with_start=open_with_start
+        )
         run_id = runner.create_run(prompt(), message_id="msg_1").run_id
         with pytest.raises(SimulatedCrash):
             await runner.run_slice(run_id)
@@ -189,6 +194,32 @@ async def test_a_crash_at_any_append_recovers_to_the_same_message(after_write: b
         for call_id in recorded:  # a tool whose result was checkpointed never runs again
             assert executions[CALLS[call_id]] == 1, (point, call_id, executions)
         assert all(n <= 2 for n in executions.values()), (point, executions)
+
+
+async def test_open_with_start_appends_start_with_the_claim_before_the_model_is_called() -> None:
+    expected, _ = await run_uninterrupted()
+    log, seen = MemoryChunkLog(), []
+    script = make_agent(Counter()).model
+
+    def peek(request: ModelRequest, index: int) -> Iterable[ModelStreamPart]:
+        seen.append([c["type"] for c in log_chunks(log, run_id)])  # what the log holds as the model is called
+        return script._play(request, index)  # type: ignore[attr-defined]
+
+    agent = make_agent(Counter())
+    agent.model = FunctionModel(peek, model_id="scripted")
+    commits: list[int] = []
+    runner = Runner(
+        agent, MemoryCheckpointStore(), log, flush_interval=0, open_with_start=True,
+        on_commit=lambda _run, count: commits.append(count),
+    )  # fmt: skip
+    state = runner.create_run(prompt(), message_id="msg_1")
+    run_id = state.run_id
+    final = await runner.run(run_id)
+    assert final.status == "finished"
+    assert seen[0] == ["start"]  # durable before the first model request, not appended after it
+    assert commits[0] == 1  # and readers are told
+    assert log_chunks(log, run_id) == expected  # once, at index 0: the same log as without the option
+    assert final.slice_times[0][0] == 0
 
 
 async def test_model_error_fails_the_run_with_error_and_finish() -> None:

@@ -256,6 +256,21 @@ class Orchestrator(Protocol):
 
 
 @runtime_checkable
+class LeasedStart(Protocol):
+    """An orchestrator that takes a new run's lease in the worker-thread trip that creates the run
+    (the local one): driving it then starts without a trip of its own before the first slice."""
+
+    def take_lease(self, run_id: str) -> bool:
+        """Take the run's lease now (blocking: call it off the event loop); True when it is this
+        orchestrator's, False when it is not or storage failed (``start`` then takes it itself)."""
+        ...
+
+    def start_leased(self, run_id: str) -> None:
+        """``start``, the lease taken already by :meth:`take_lease`."""
+        ...
+
+
+@runtime_checkable
 class SliceHandover(Protocol):
     """The orchestrator's side of a first slice run by the chat process that streams it (D14).
 

@@ -58,6 +58,7 @@ from .provider_utils import (
     ApiKey,
     HttpModel,
     add_turn,
+    drain,
     error_detail,
     forced_tool,
     merge_provider_settings,
@@ -187,6 +188,7 @@ class AnthropicModel(HttpModel):
                 for part in state.on_event(data, secrets):
                     yield part
                 if state.stopped:
+                    await drain(events)  # read to its end: the connection goes back to the pool
                     break
         if not state.stopped:
             raise ModelError("Anthropic stream ended before message_stop", retryable=True)

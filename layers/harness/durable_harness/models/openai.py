@@ -50,6 +50,7 @@ from .provider_utils import (
     STANDARD_SETTINGS,
     ApiKey,
     HttpModel,
+    drain,
     error_detail,
     forced_tool,
     merge_provider_settings,
@@ -163,6 +164,7 @@ class OpenAIChatModel(HttpModel):
             async for data in events:
                 if data == "[DONE]":
                     state.done = True
+                    await drain(events)  # read to its end: the connection goes back to the pool
                     break
                 for part in state.on_chunk(data, secrets):
                     yield part

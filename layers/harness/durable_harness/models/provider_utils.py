@@ -13,6 +13,7 @@ import os
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote_to_bytes
 
@@ -145,6 +146,25 @@ async def iter_sse_data(response: httpx.Response) -> AsyncIterator[str]:
             yield data
     for data in parser.close():
         yield data
+
+
+DRAIN_SECONDS = 1.0
+"""The longest a model call reads its response after the protocol's last event (see :func:`drain`)."""
+
+
+async def drain(events: AsyncIterator[str], seconds: float = DRAIN_SECONDS) -> None:
+    """Read what a streamed response still sends after the protocol's last event (``[DONE]``,
+    ``message_stop``): the end of its chunked body, in the same packet or the next one.
+
+    httpx hands a connection back to its pool only when the response was read to its end; one
+    closed unread is closed with it, so every model call would open a new TCP (and TLS)
+    connection, milliseconds on loopback and a round trip or more to a provider. Bounded by
+    ``seconds`` (a server that keeps the stream open costs that connection, as before), and
+    nothing read or failing here matters: the call's content is complete."""
+    with suppress(TimeoutError, ModelError):
+        async with asyncio.timeout(seconds):
+            async for _ in events:
+                pass
 
 
 def parse_data_url(url: str) -> tuple[str, bytes] | None:

@@ -87,15 +87,17 @@ class LeaseKeeper:
 
     async def acquire(self, run_id: str) -> bool:
         """Take the run's lease; False while another live driver holds it."""
+        return await asyncio.to_thread(self.take, run_id)
+
+    def take(self, run_id: str) -> bool:
+        """:meth:`acquire`, blocking (in a worker thread): one trip, a dead owner's lease taken over in it."""
         now = time.time()
-        lease = await asyncio.to_thread(self.leases.acquire_lease, run_id, self.owner, now + self.seconds, now=now)
+        lease = self.leases.acquire_lease(run_id, self.owner, now + self.seconds, now=now)
         if lease.owner == self.owner:
             return True
         if lease.owner is not None and owner_is_dead(lease.owner):
             now = time.time()
-            lease = await asyncio.to_thread(
-                self.leases.acquire_lease, run_id, self.owner, now + self.seconds, now=now, steal_from=lease.owner
-            )
+            lease = self.leases.acquire_lease(run_id, self.owner, now + self.seconds, now=now, steal_from=lease.owner)
         return lease.owner == self.owner
 
     async def renew(self, run_ids: list[str]) -> None:

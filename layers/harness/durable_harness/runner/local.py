@@ -86,9 +86,29 @@ class LocalOrchestrator:
 
     def start(self, run_id: str) -> None:
         """Start driving the run (no-op while it is already being driven). Needs a running loop."""
+        self._start(run_id, leased=False)
+
+    # --- LeasedStart: the chat service creates a run and takes its lease in one worker trip ---------
+
+    def take_lease(self, run_id: str) -> bool:
+        """Take the run's lease now, blocking (in the worker thread that created the run); True
+        when taken, or when there are no leases. A storage error is False: ``start`` retries."""
+        if self.keeper is None:
+            return True
+        try:
+            return self.keeper.take(run_id)
+        except StorageError as exc:
+            logger.warning("run %s: taking its lease failed (%s); the driver tries again", run_id, exc)
+            return False
+
+    def start_leased(self, run_id: str) -> None:
+        """:meth:`start` for a run whose lease :meth:`take_lease` took: no trip for it first."""
+        self._start(run_id, leased=True)
+
+    def _start(self, run_id: str, *, leased: bool) -> None:
         if self.driving(run_id):
             return
-        task = asyncio.get_running_loop().create_task(self._supervise(run_id), name=f"run:{run_id}")
+        task = asyncio.get_running_loop().create_task(self._supervise(run_id, leased), name=f"run:{run_id}")
         self._tasks[run_id] = task
         task.add_done_callback(self._retrieve)
 
@@ -256,10 +276,11 @@ class LocalOrchestrator:
 
         self._alarms[run_id] = self._spawn(ring(), f"timer:{run_id}")
 
-    async def _supervise(self, run_id: str) -> RunState | None:
-        """Drive the run under this process's lease; drop the lease once the run needs no driver."""
+    async def _supervise(self, run_id: str, leased: bool = False) -> RunState | None:
+        """Drive the run under this process's lease (``leased``: taken already); drop the lease
+        once the run needs no driver."""
         keeper = self.keeper
-        if keeper is not None and not await self._try_acquire(run_id):
+        if keeper is not None and not leased and not await self._try_acquire(run_id):
             return None
         try:
             state = await self.drive(run_id)

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from ..approvals import ApprovalSecret
 from ..chunks.writer import ChunkWriter
-from ..errors import FatalError, FencedError, ModelError, OutputError, ProtocolError
+from ..errors import FatalError, FencedError, ModelError, OutputError, ProtocolError, StorageError
 from ..harness import interface as hi
 from ..ids import new_id, new_run_id
 from ..ledger import ApprovalLedger
@@ -40,6 +40,7 @@ from ..protocol.ui_chunks import (
     FinishStepChunk,
     ToolOutputDeniedChunk,
     UIMessageChunk,
+    encode_ui_chunk,
 )
 from ..telemetry import Telemetry, telemetry_from_env
 from ..waits import EventBook
@@ -84,6 +85,11 @@ class Runner(RunEndings):
     otherwise). None (a program embedding the library) records none and drives any run.
     ``public_url``: where the server is reached from outside, the base of the signed event URLs
     tools hand out (``ctx.event_url``); by default ``PUBLIC_URL``, else URLs are paths.
+    ``open_with_start``: a slice that starts a run's stream appends its ``start`` chunk in the
+    worker-thread trip that claims the run and opens its log, so that no append of the group
+    commit's is in flight (a second thread wake-up) while the model request is sent. For a log
+    whose append costs less than a thread hop (the local file log); deployed, where an append is a
+    request, it would put one more round trip before the model request, so the default is off.
     """
 
     def __init__(
@@ -100,8 +106,10 @@ class Runner(RunEndings):
         checkpoint_grace: float | None = 1.0,
         agent_id: str | None = None,
         public_url: str | None = None,
+        open_with_start: bool = False,
     ) -> None:
         self.agent = agent
+        self.open_with_start = open_with_start
         self.agent_id = agent_id
         self.checkpoint_grace = checkpoint_grace
         self.options = agent.options
@@ -204,17 +212,16 @@ class Runner(RunEndings):
         ``public_url``: the base of this slice's event URLs when the runner has none of its own
         (the chat function's first slice: the origin of the request that started the run)."""
         started = time.monotonic()
-        cp, state, count = await asyncio.to_thread(self._begin_slice, run_id)
+        cp, state, count, translator, opened = await asyncio.to_thread(self._begin_slice, run_id)
         if count is None:
             if state.terminal:
                 await self._complete_tail(cp, state)
             return state  # ended, or parked and not due: nothing to do
-        translator = self._translator(state)
         writer = ChunkWriter(
             self.log,
             run_id,
             epoch=cp.epoch,
-            start=count,
+            start=count + opened,
             flush_interval=self.flush_interval,
             flush_burst=self.flush_burst,
             on_commit=self.on_commit,
@@ -230,7 +237,9 @@ class Runner(RunEndings):
         session = self.agent.create_session(state.session_id)
         turn = self.agent.open(turn_request(state, session, replay, events, left))
         state.session_state = None  # the turn has it; the first checkpoint no longer needs it
-        state.slice_times.append((writer.end, round(time.time(), 3)))
+        state.slice_times.append((writer.end - opened, round(time.time(), 3)))
+        if opened and self.on_commit is not None:  # `start` is in the log already (_begin_slice)
+            self.on_commit(run_id, writer.end)
         write_chunks(writer, tail, translator.start(state.message_id))
         if state.waits:  # a parked run resumes: its data-wait parts say so
             write_chunks(writer, tail, resume_chunks(state))
@@ -346,16 +355,29 @@ class Runner(RunEndings):
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _begin_slice(self, run_id: str) -> tuple[Checkpoint, RunState, int | None]:
+    def _begin_slice(self, run_id: str) -> tuple[Checkpoint, RunState, int | None, StreamTranslator, int]:
         """Load the run and, unless it is terminal (count ``None``), claim it and open its log:
-        one trip to a worker thread for the three storage calls a slice starts with."""
+        one trip to a worker thread for the storage calls a slice starts with. Returns the
+        checkpoint, the state, the log's count, the slice's translator and how many chunks past
+        that count this trip appended (``open_with_start``: the run's ``start``, 0 or 1)."""
         cp = self.store.load(run_id)
         state = state_of(cp)
+        translator = self._translator(state)
         check_agent(state, self.agent_id)  # another agent's run: not this harness's to drive
         if state.terminal or (state.status == "awaiting_event" and not due(self.events, state)):
-            return cp, state, None
+            return cp, state, None, translator, 0
         cp = self.store.claim(run_id, cp.version)
-        return cp, state, self.log.open(run_id, cp.epoch)
+        count = self.log.open(run_id, cp.epoch)
+        # Only where the log ends at the checkpoint: after a dead attempt, reset-step or the
+        # replayed tail comes first (run_slice).
+        if not self.open_with_start or count != state.stream.chunk_count:
+            return cp, state, count, translator, 0
+        opening = [encode_ui_chunk(chunk) for chunk in translator.start(state.message_id)]
+        if opening:  # appended as the writer would, at the count with the claim's epoch
+            appended = self.log.append(run_id, count, opening, cp.epoch)
+            if appended != count + len(opening):
+                raise StorageError(f"run {run_id!r}: append of {len(opening)} chunks at {count} reported {appended}")
+        return cp, state, count, translator, len(opening)
 
     @staticmethod
     def _note_approval(state: RunState, translator: StreamTranslator, part: hp.ToolApprovalRequestPart) -> None:

@@ -178,7 +178,11 @@ class ChatApp:
         payload = _parse_json(await self._read_body(receive))
         state = await self.service.start_turn(payload, principal=principal, origin=request_origin(scope))
         headers = [(b"x-workflow-run-id", state.run_id.encode())]
-        await self._stream(state.run_id, 0, -1, headers, receive, send, cors, settle=True)
+        # A run no slice has checkpointed yet has nothing in its log, or a slice of this process
+        # wrote it and the commit signal knows: no first read (a thread hop that would compete with
+        # the slice's start). Chunks written by another process are read at the first poll.
+        first: list[str] | None = [] if state.status == "not_started" and not state.slices else None
+        await self._stream(state.run_id, 0, -1, headers, receive, send, cors, first, settle=True)
 
     async def _get_stream(
         self, scope: Scope, target: str, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]], principal: str

@@ -120,7 +120,7 @@ def build_local_kit(
 
     runner = Runner(
         agent, store, log, flush_interval=flush_interval, flush_burst=flush_burst, on_commit=committed,
-        agent_id=agent_id,
+        agent_id=agent_id, open_with_start=True,
     )  # fmt: skip
     orchestrator = LocalOrchestrator(
         runner,

@@ -28,7 +28,7 @@ from ..errors import (
 )
 from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
-from ..ports import Checkpoint, CommitCadence, Orchestrator, RunSummary, read_summary
+from ..ports import Checkpoint, CommitCadence, LeasedStart, Orchestrator, RunSummary, read_summary
 from ..protocol.ui_chunks import FINISH_PREFIX
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..runner.continuation import pending_answers
@@ -121,22 +121,27 @@ class ChatService:
         run_id = _turn_run_id(body, principal, chat_id, last)
         # Answers to approvals make it a continuation of the paused run: the runner finds that run
         # through the approval ledger and verifies every answer (see Runner.create_run).
-        created = True
-        try:
-            state = await asyncio.to_thread(
-                self.runner.create_run,
-                model_messages,
-                run_id=run_id,
-                chat_id=chat_id,
-                principal=principal,
-                message_id=message_id,
+        created, leased = True, False
+        # A local orchestrator takes the new run's lease in the trip that creates it (one thread
+        # hop fewer before the first slice); an inline first slice needs none.
+        leases = self.orchestrator if isinstance(self.orchestrator, LeasedStart) and self.inline is None else None
+
+        def create() -> tuple[RunState, bool]:
+            state = self.runner.create_run(
+                model_messages, run_id=run_id, chat_id=chat_id, principal=principal, message_id=message_id,
                 call_options=call_options,
-            )
+            )  # fmt: skip
+            return state, leases is not None and leases.take_lease(state.run_id)
+
+        try:
+            state, leased = await asyncio.to_thread(create)
         except RunExistsError:
             state, created = await self.load(run_id, principal), False
         if created and self.inline is not None:
             # The first slice runs here, the orchestrator takes over after it.
             self.inline.begin(state, public_url=origin)
+        elif leased and leases is not None:
+            leases.start_leased(state.run_id)
         else:
             self.orchestrator.start(state.run_id)
         # The run exists and is driven: once storage is back it goes on, and the retried POST
