@@ -123,25 +123,6 @@ class DynamoCheckpointStore(BaseCheckpointStore):
         """The DynamoDB table holding the run records."""
         return self._table
 
-    def _create(self, first: Current, plan: Plan) -> Current:
-        created, existing = self._put_new(first, plan)
-        if existing is not None:
-            raise RunExistsError(first.record.run_id)
-        return created
-
-    def create_if_absent(self, checkpoint: Checkpoint) -> tuple[Checkpoint, bool]:
-        """Create the record unless the run exists: ``(record, True)``, or ``(existing, False)``.
-
-        Idempotent starts use it: the same start request delivered twice creates one run.
-        """
-        created, existing = self._put_new(*self._first(checkpoint))
-        if existing is None:
-            self._remember(created)
-            return handed_out(created.record), True
-        if Head.SEQ not in existing and Head.STATE in existing:  # the whole state is in the head
-            return handed_out(self._decode(existing, []).record), False
-        return self.load(checkpoint.run_id), False
-
     def load(self, run_id: str) -> Checkpoint:
         """The newest record of a run (one strongly consistent Query). Raises ``RunNotFoundError``."""
         return handed_out(self._load(run_id).record)
@@ -285,8 +266,8 @@ class DynamoCheckpointStore(BaseCheckpointStore):
 
     # --- writes ------------------------------------------------------------------------------------
 
-    def _put_new(self, first: Current, plan: Plan) -> tuple[Current, dict[str, Any] | None]:
-        """Conditionally put the head ``first``; returns it, and the existing head when the run exists."""
+    def _create(self, first: Current, plan: Plan) -> Current:
+        """Conditionally put the head ``first`` (``RunExistsError`` when the run exists); returns it."""
         record = first.record
         run_id = record.run_id
         at = self._clock()
@@ -344,17 +325,16 @@ class DynamoCheckpointStore(BaseCheckpointStore):
                 self._ddb.transact_write_items(TransactItems=writes, ClientRequestToken=secrets.token_hex(16))
         except ClientError as exc:
             self._objects.delete(body_key)
-            existing = existing_item(exc)
-            if existing is None:
+            if existing_item(exc) is None:
                 raise write_error(exc, f"creating run {run_id!r}") from exc
-            return first, existing
+            raise RunExistsError(run_id) from None
         except BotoCoreError as exc:
             self._objects.delete(body_key)
             raise translate(exc, f"creating run {run_id!r}") from exc
         self._head.note_created(run_id, item)
         if self._on_created is not None and self._reset_log_head and is_run_id(run_id):
             self._on_created(run_id, generation(at, incarnation))
-        return replace(first, inc=incarnation), None
+        return replace(first, inc=incarnation)
 
     def _head_at(self, run_id: str, version: int) -> Current:
         """The run's head at ``version``: known, or read (``VersionConflict`` if it moved on)."""
