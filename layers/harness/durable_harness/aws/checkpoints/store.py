@@ -49,7 +49,7 @@ from ...checkpoints.base import BaseCheckpointStore, Current, VersionConflict, h
 from ...checkpoints.records import Plan, fold, utf8_bytes
 from ...errors import CorruptCheckpointError, RunExistsError, RunNotFoundError, StorageError
 from ...ids import is_run_id
-from ...ports import Checkpoint, ListPosition, RunListing, RunSummary
+from ...ports import Checkpoint, ListPosition, ListQuery, RunListing, RunSummary
 from .._errors import aws_errors, check_format, translate
 from ..chunklog.items import fresh_log_item, generation
 from ..table import EXPIRES_AT, FORMAT, PK, Chat, Head, Record, chat_key, run_key
@@ -134,20 +134,9 @@ class DynamoCheckpointStore(BaseCheckpointStore):
         check_format(item, RECORD_FORMAT, f"the record of run {run_id!r}")
         return RunSummary(run_id, item[Head.STATUS]["S"], _text(item, Head.PRINCIPAL), _text(item, Head.CHAT_ID))
 
-    def runs_of(
-        self,
-        principal: str,
-        *,
-        limit: int,
-        after: ListPosition | None = None,
-        statuses: frozenset[str] | None = None,
-        chat_id: str | None = None,
-    ) -> tuple[list[RunListing], ListPosition | None]:
+    def runs_of(self, principal: str, query: ListQuery) -> tuple[list[RunListing], ListPosition | None]:
         """The principal's runs, newest first, from the table's index on (principal, created_at)."""
-        return query_principal_runs(
-            self._ddb, self._table, principal, limit=limit, after=after, statuses=statuses, chat_id=chat_id,
-            clock=self._clock,
-        )  # fmt: skip
+        return query_principal_runs(self._ddb, self._table, principal, query, clock=self._clock)
 
     def latest_run(self, chat_id: str, principal: str | None) -> str | None:
         """The run created last for ``principal``'s chat: one strongly consistent GetItem of the
