@@ -1,6 +1,6 @@
 """moto over real HTTP on loopback: :class:`MotoEndpoint`, for clients that are not botocore's stubbed
 ones (another process's botocore, the lite clients of :mod:`durable_harness.aws.lite`); and
-:func:`create_runs_table`, the deployed runs table's layout in moto.
+:func:`create_runs_table`, the deployed runs table's layout in moto (its index: :func:`principal_index`).
 
 Used by the lite clients' tests, the deployed-stack test that forces them, and ``bench/`` (which
 imports it from here).
@@ -11,12 +11,26 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from durable_harness.aws.table import principal_index_definition
+from durable_harness.aws.table import PRINCIPAL_INDEX, PRINCIPAL_INDEX_PROJECTED, Head
 
-__all__ = ["MotoEndpoint", "create_runs_table"]
+__all__ = ["MotoEndpoint", "create_runs_table", "principal_index"]
 
 REGION = "us-east-1"
 """The Region a request without a SigV4 credential scope is routed to."""
+
+
+def principal_index() -> dict[str, Any]:
+    """The index the store queries (:data:`~durable_harness.aws.table.PRINCIPAL_INDEX`), as
+    ``CreateTable``'s ``GlobalSecondaryIndexes`` entry takes it: moto's tables are made with it, and
+    the template's table is checked against it (``tests/deploy/test_template.py``)."""
+    return {
+        "IndexName": PRINCIPAL_INDEX,
+        "KeySchema": [
+            {"AttributeName": Head.PRINCIPAL, "KeyType": "HASH"},
+            {"AttributeName": Head.CREATED_AT, "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(PRINCIPAL_INDEX_PROJECTED)},
+    }
 
 
 def create_runs_table(ddb: Any, table: str, *, ttl: bool = False) -> None:
@@ -31,7 +45,7 @@ def create_runs_table(ddb: Any, table: str, *, ttl: bool = False) -> None:
             {"AttributeName": "principal", "AttributeType": "S"},
             {"AttributeName": "created_at", "AttributeType": "S"},
         ],
-        GlobalSecondaryIndexes=[principal_index_definition()],
+        GlobalSecondaryIndexes=[principal_index()],
         BillingMode="PAY_PER_REQUEST",
     )
     if ttl:

@@ -13,7 +13,6 @@ from durable_harness.errors import (
     FencedError,
     FormatVersionError,
     RetryableError,
-    RunExistsError,
     RunNotFoundError,
     StorageError,
 )
@@ -245,17 +244,6 @@ def test_a_record_past_its_ttl_is_missing_and_can_be_created_again(ddb: Any, s3:
         store.save(record(), 3)
     again = store.create(record(state='{"new":true}'))
     assert (again.version, again.epoch, store.load("run-1").state) == (1, 0, '{"new":true}')
-
-
-def test_create_if_absent_returns_the_existing_record(store: DynamoCheckpointStore) -> None:
-    made, created = store.create_if_absent(record(state='{"first":true}', chat_id="c"))
-    assert created and made.version == 1
-    store.claim("run-1", 1)
-    existing, created = store.create_if_absent(record(state='{"second":true}'))
-    assert not created
-    assert (existing.state, existing.version, existing.epoch, existing.chat_id) == ('{"first":true}', 2, 1, "c")
-    with pytest.raises(RunExistsError):
-        store.create(record())
 
 
 def test_a_fresh_store_without_cached_records_writes_the_same(ddb: Any, s3: Any) -> None:

@@ -78,8 +78,9 @@ def test_creating_a_run_makes_an_incarnation_and_an_empty_log_of_it_in_one_trans
     assert store.load(run_id).state == "{}" and log.read(run_id, 0) == chunks("a", 2)
     # The open's marker at 0 became the append; the index stays the incarnation's last key.
     assert log_keys(items(ddb, run_id)) == [f"c#{int(clock.now * 1000):013d}.{inc}#{0:013d}", index]
-    existing, created = DynamoCheckpointStore(TABLE, client=ddb).create_if_absent(record(run_id, '{"x":1}'))
-    assert not created and existing.state == "{}"  # the record the cancelled transaction found
+    with pytest.raises(RunExistsError):  # a store that knows nothing of the run: the transaction's condition
+        DynamoCheckpointStore(TABLE, client=ddb).create(record(run_id, '{"x":1}'))
+    assert store.load(run_id).state == "{}"
     # Records that are not runs (the approval ledger's) get no log.
     store.create(record("apv_" + "0" * 48))
     assert set(items(ddb, "apv_" + "0" * 48)) == {"run"}

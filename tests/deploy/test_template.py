@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 from durable_harness.aws.events import parse_start_run_event
-from durable_harness.aws.table import PRINCIPAL_INDEX, principal_index_definition
+from durable_harness.aws.table import PRINCIPAL_INDEX
+
+from tests.motoserver import principal_index
 
 from .cfn import ROOT, Resolver, function_properties, load_template
 from .chat import sample_event
@@ -172,7 +174,7 @@ def test_the_runs_table() -> None:
     attributes = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
     assert attributes == {"pk": "S", "sk": "S", "principal": "S", "created_at": "S"}
     # The runs inspector's index, as the store queries it and moto's tables have it (tests/motoserver.py).
-    assert props["GlobalSecondaryIndexes"] == [principal_index_definition()]
+    assert props["GlobalSecondaryIndexes"] == [principal_index()]
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert props["SSESpecification"] == {"SSEEnabled": True}

@@ -15,9 +15,10 @@ import pytest
 from durable_harness import ApprovalSecret
 from durable_harness.demo import build_demo_agent
 from durable_harness.errors import InvalidRequestError
+from durable_harness.ports import ListQuery
 from durable_harness.server.auth import TokenAuth
 from durable_harness.server.local import LocalKit, build_local_kit
-from durable_harness.server.runlist import STATUS_GROUPS, STATUSES, ListQuery, encode_cursor, list_runs
+from durable_harness.server.runlist import DEFAULT_LIMIT, STATUS_GROUPS, STATUSES, encode_cursor, list_runs
 from durable_harness.storage.memory import MemoryCheckpointStore
 
 from tests.support import parse_sse_body, serve, user_message
@@ -119,7 +120,7 @@ def test_the_list_needs_credentials_and_is_in_the_openapi_document(url: str) -> 
 
 async def test_a_store_that_cannot_list_runs_is_a_501_that_names_the_stores_that_can() -> None:
     with pytest.raises(InvalidRequestError) as raised:
-        await list_runs(MemoryCheckpointStore(), "alice", ListQuery())
+        await list_runs(MemoryCheckpointStore(), "alice", ListQuery(DEFAULT_LIMIT))
     assert (raised.value.status, raised.value.code) == (501, "not_supported")
     assert "SQLite" in str(raised.value) and "DynamoDB" in str(raised.value)
 

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from durable_harness.aws import DynamoCheckpointStore
 from durable_harness.ids import new_run_id
-from durable_harness.ports import Checkpoint, PrincipalRuns, RunListing
+from durable_harness.ports import Checkpoint, ListQuery, PrincipalRuns, RunListing
 from durable_harness.storage import SqliteCheckpointStore
 from moto import mock_aws
 
@@ -54,7 +54,7 @@ def all_pages(store: PrincipalRuns, principal: str, limit: int, **filters: Any) 
     listed: list[RunListing] = []
     position, pages = None, 0
     while True:
-        page, position = store.runs_of(principal, limit=limit, after=position, **filters)
+        page, position = store.runs_of(principal, ListQuery(limit=limit, after=position, **filters))
         assert len(page) <= limit
         listed += page
         pages += 1
@@ -71,7 +71,7 @@ def test_the_runs_of_a_principal_newest_first_in_pages(store: Any) -> None:
     assert pages == 3
     assert [r.created_at for r in listed] == sorted((r.created_at for r in listed), reverse=True)
     assert {(r.status, r.chat_id, r.agent) for r in listed} == {("finished", "c1", "a:b")}
-    first, position = store.runs_of("alice", limit=7)
+    first, position = store.runs_of("alice", ListQuery(limit=7))
     assert len(first) == 7 and position is None  # exactly a page: no empty page after it
 
 
@@ -82,11 +82,11 @@ def test_another_principals_runs_are_never_listed(store: Any) -> None:
     store.create(Checkpoint("ledger:xyz", "{}", "finished", principal="alice"))  # not a run (the approval ledger's)
     assert {r.run_id for r in all_pages(store, "alice", 2)[0]} == alice
     assert [r.run_id for r in all_pages(store, "bob", 10)[0]] == bob[::-1]
-    assert store.runs_of("carol", limit=5) == ([], None)
+    assert store.runs_of("carol", ListQuery(limit=5)) == ([], None)
     # A position taken from bob's list, handed to alice's: still only alice's runs.
-    _, bobs_position = store.runs_of("bob", limit=1)
+    _, bobs_position = store.runs_of("bob", ListQuery(limit=1))
     assert bobs_position is not None
-    after = store.runs_of("alice", limit=10, after=bobs_position)[0]
+    after = store.runs_of("alice", ListQuery(limit=10, after=bobs_position))[0]
     assert {r.run_id for r in after} <= alice
 
 
@@ -107,8 +107,8 @@ def test_a_saved_status_is_what_the_list_shows(store: Any) -> None:
     run_id = create(store, "alice", status="not_started")
     record = store.load(run_id)
     store.save(Checkpoint(run_id, '{"step":1}', "failed", principal="alice", chat_id="c1"), record.version)
-    assert [(r.run_id, r.status) for r in store.runs_of("alice", limit=5)[0]] == [(run_id, "failed")]
-    assert store.runs_of("alice", limit=5, statuses=frozenset({"not_started"}))[0] == []
+    assert [(r.run_id, r.status) for r in store.runs_of("alice", ListQuery(limit=5))[0]] == [(run_id, "failed")]
+    assert store.runs_of("alice", ListQuery(limit=5, statuses=frozenset({"not_started"})))[0] == []
 
 
 def test_a_sqlite_file_made_before_the_list_gets_its_index_when_opened(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_a_sqlite_file_made_before_the_list_gets_its_index_when_opened(tmp_path:
         conn.execute("DROP INDEX runs_by_principal")
     with SqliteCheckpointStore(path) as store:
         create(store, "alice")
-        assert len(store.runs_of("alice", limit=5)[0]) == 1
+        assert len(store.runs_of("alice", ListQuery(limit=5))[0]) == 1
     with sqlite3.connect(path) as conn:
         plan = conn.execute(
             "EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE principal = ? ORDER BY created_at DESC", ("alice",)

@@ -205,6 +205,18 @@ ListPosition = tuple[str, str]
 """Where a list of a principal's runs goes on: the ``(created_at, run_id)`` of the last run seen."""
 
 
+@dataclass(frozen=True)
+class ListQuery:
+    """A page of a principal's runs to list (:meth:`PrincipalRuns.runs_of`): at most ``limit`` runs
+    created before ``after``, only those whose status is in ``statuses`` and of chat ``chat_id`` when
+    given."""
+
+    limit: int
+    after: ListPosition | None = None
+    statuses: frozenset[str] | None = None
+    chat_id: str | None = None
+
+
 @runtime_checkable
 class PrincipalRuns(Protocol):
     """A checkpoint store that lists one principal's runs, newest first (optional: SQLite and
@@ -214,19 +226,10 @@ class PrincipalRuns(Protocol):
     anyone else, so a position a client made up can only skip some of its own runs.
     """
 
-    def runs_of(
-        self,
-        principal: str,
-        *,
-        limit: int,
-        after: ListPosition | None = None,
-        statuses: frozenset[str] | None = None,
-        chat_id: str | None = None,
-    ) -> tuple[list[RunListing], ListPosition | None]:
-        """At most ``limit`` runs of ``principal`` created before ``after`` (newest first; by
-        creation time, then run id), only those whose status is in ``statuses`` and of chat
-        ``chat_id`` when given; with the position to go on from (None: there are no more). A page
-        may hold fewer than ``limit`` runs and still have a position (a filter skipped many)."""
+    def runs_of(self, principal: str, query: ListQuery) -> tuple[list[RunListing], ListPosition | None]:
+        """The page of ``principal``'s runs ``query`` asks for (newest first; by creation time, then
+        run id), with the position to go on from (None: there are no more). A page may hold fewer
+        than ``query.limit`` runs and still have a position (a filter skipped many)."""
         ...
 
 

@@ -90,15 +90,3 @@ PRINCIPAL_INDEX = "by-principal"
 the run heads carry both (``template.yaml``'s ``RunsTable``)."""
 PRINCIPAL_INDEX_PROJECTED = (Head.STATUS, Head.CHAT_ID, Head.META, EXPIRES_AT)
 """The attributes the index projects besides the keys (``INCLUDE``): what a list shows."""
-
-
-def principal_index_definition() -> dict[str, Any]:
-    """The index as ``CreateTable``'s ``GlobalSecondaryIndexes`` entry takes it (moto, tests)."""
-    return {
-        "IndexName": PRINCIPAL_INDEX,
-        "KeySchema": [
-            {"AttributeName": Head.PRINCIPAL, "KeyType": "HASH"},
-            {"AttributeName": Head.CREATED_AT, "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(PRINCIPAL_INDEX_PROJECTED)},
-    }

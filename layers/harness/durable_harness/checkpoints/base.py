@@ -10,14 +10,13 @@ it replaces, kept per run as the base of the next delta; and copies what it hand
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ..errors import FencedError, RunNotFoundError
+from ..lru import LRU
 from ..ports import Checkpoint
 from .records import Folded, Plan, parse, plan_create, plan_save, utf8_bytes
 
@@ -70,8 +69,7 @@ class BaseCheckpointStore(ABC):
 
     def __init__(self) -> None:
         """Start with no head known."""
-        self._known_lock = threading.Lock()
-        self._known: OrderedDict[str, Current] = OrderedDict()
+        self._known: LRU[str, Current] = LRU(self.cache_runs)
 
     def create(self, checkpoint: Checkpoint) -> Checkpoint:
         """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
@@ -120,17 +118,11 @@ class BaseCheckpointStore(ABC):
 
     def _known_at(self, run_id: str, version: int) -> Current | None:
         """The run's head at ``version`` if this store last saw it there."""
-        with self._known_lock:
-            known = self._known.get(run_id)
+        known = self._known.get(run_id)
         return known if known is not None and known.record.version == version else None
 
     def _remember(self, current: Current) -> None:
-        if self.cache_runs:
-            with self._known_lock:
-                self._known[current.record.run_id] = current
-                self._known.move_to_end(current.record.run_id)
-                while len(self._known) > self.cache_runs:
-                    self._known.popitem(last=False)
+        self._known.put(current.record.run_id, current)
 
     # --- the I/O -----------------------------------------------------------------------------------
 

@@ -18,12 +18,11 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, get_args
 
 from ..errors import InvalidRequestError
 from ..ids import MAX_CHAT_ID, is_run_id
-from ..ports import CheckpointStore, ListPosition, PrincipalRuns
+from ..ports import CheckpointStore, ListPosition, ListQuery, PrincipalRuns
 from ..runner.state import TERMINAL_STATUSES, RunStatus
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
@@ -36,16 +35,6 @@ STATUS_GROUPS: dict[str, frozenset[str]] = {
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 100
 _CURSOR_PREFIX = "c1."
-
-
-@dataclass(frozen=True)
-class ListQuery:
-    """The validated query of a list request."""
-
-    statuses: frozenset[str] | None = None
-    chat_id: str | None = None
-    limit: int = DEFAULT_LIMIT
-    after: ListPosition | None = None
 
 
 def parse_list_query(query: Mapping[str, Sequence[str]]) -> ListQuery:
@@ -86,7 +75,7 @@ def parse_list_query(query: Mapping[str, Sequence[str]]) -> ListQuery:
         limit = int(raw_limit)
     raw_cursor = _one(query, "cursor")
     after = decode_cursor(raw_cursor) if raw_cursor else None
-    return ListQuery(frozenset(statuses) if statuses is not None else None, chat_id, limit, after)
+    return ListQuery(limit, after, frozenset(statuses) if statuses is not None else None, chat_id)
 
 
 def encode_cursor(position: ListPosition) -> str:
@@ -129,14 +118,7 @@ async def list_runs(store: CheckpointStore, principal: str, query: ListQuery) ->
             code="not_supported",
             status=501,
         )
-    runs, position = await asyncio.to_thread(
-        store.runs_of,
-        principal,
-        limit=query.limit,
-        after=query.after,
-        statuses=query.statuses,
-        chat_id=query.chat_id,
-    )
+    runs, position = await asyncio.to_thread(store.runs_of, principal, query)
     items = []
     for run in runs:
         item = {"runId": run.run_id, "status": run.status, "createdAt": run.created_at, "chatId": run.chat_id}

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from ..chunks.base import BaseChunkLog
 from ..errors import LogConflictError, StorageError
+from ..lru import LRU
 from ._private import FILE_MODE, make_private_dirs
 
 __all__ = ["FileChunkLog"]
@@ -105,7 +106,7 @@ class FileChunkLog(BaseChunkLog):
             raise StorageError(f"cannot create chunk log root {self._root}: {exc}") from exc
         self._guard = threading.Lock()
         self._run_locks: weakref.WeakValueDictionary[str, _RunLock] = weakref.WeakValueDictionary()
-        self._index: dict[str, _Index] = {}
+        self._index: LRU[str, _Index] = LRU(_CACHE_RUNS)
 
     @property
     def root(self) -> Path:
@@ -305,12 +306,8 @@ class FileChunkLog(BaseChunkLog):
             return index.starts[first:last]
 
     def _remember(self, run_id: str, index: _Index) -> _Index:
-        # Caller holds self._guard. Drop the oldest entry so a long-lived server stays bounded.
-        self._index.pop(run_id, None)
-        if len(self._index) >= _CACHE_RUNS:
-            self._index.pop(next(iter(self._index)))
-        self._index[run_id] = index
-        return index
+        # Caller holds self._guard: the index is read and then extended in one step.
+        return self._index.put(run_id, index)
 
     def _note_segment(self, run_id: str, start: int, end: int, *, appended: bool = False) -> bool:
         """Extend the cached index with a segment that exists, if it is contiguous; True when this

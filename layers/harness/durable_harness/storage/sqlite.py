@@ -39,7 +39,7 @@ from typing import Any
 from ..checkpoints.base import BaseCheckpointStore, Current, VersionConflict
 from ..checkpoints.records import Folded, Plan, fold, utf8_bytes
 from ..errors import CorruptCheckpointError, FormatVersionError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, ListPosition, RunListing, RunSummary
+from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, ListPosition, ListQuery, RunListing, RunSummary
 from ._private import make_private_dirs, touch_private
 from ._timers import TIMERS_SCHEMA, TimerTable
 
@@ -268,35 +268,28 @@ class SqliteCheckpointStore(BaseCheckpointStore, TimerTable):
             rows = conn.execute(query, (*params, max(limit, 0))).fetchall()
             return [self._decode(conn, row) for row in rows]
 
-    def runs_of(
-        self,
-        principal: str,
-        *,
-        limit: int,
-        after: ListPosition | None = None,
-        statuses: frozenset[str] | None = None,
-        chat_id: str | None = None,
-    ) -> tuple[list[RunListing], ListPosition | None]:
+    def runs_of(self, principal: str, query: ListQuery) -> tuple[list[RunListing], ListPosition | None]:
         """The principal's runs, newest first, from the index on (principal, created_at, run_id)."""
         # Run ids only: the approval ledger keeps its records in this table too.
-        query = (
+        sql = (
             "SELECT run_id, status, created_at, chat_id, meta FROM runs"
             " WHERE principal = ? AND run_id LIKE 'wrun!_%' ESCAPE '!'"
         )
         params: list[Any] = [principal]
-        if statuses is not None:
-            query += f" AND status IN ({', '.join('?' for _ in statuses)})"
-            params += sorted(statuses)
-        if chat_id is not None:
-            query += " AND chat_id = ?"
-            params.append(chat_id)
-        if after is not None:
-            query += " AND (created_at, run_id) < (?, ?)"
-            params += after
-        query += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        if query.statuses is not None:
+            sql += f" AND status IN ({', '.join('?' for _ in query.statuses)})"
+            params += sorted(query.statuses)
+        if query.chat_id is not None:
+            sql += " AND chat_id = ?"
+            params.append(query.chat_id)
+        if query.after is not None:
+            sql += " AND (created_at, run_id) < (?, ?)"
+            params += query.after
+        sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        limit = max(query.limit, 0)
         with self._guard() as conn:
-            rows = conn.execute(query, (*params, max(limit, 0) + 1)).fetchall()
-        listed = [RunListing(r[0], r[1], r[2], r[3], _meta_agent(r[4])) for r in rows[: max(limit, 0)]]
+            rows = conn.execute(sql, (*params, limit + 1)).fetchall()
+        listed = [RunListing(r[0], r[1], r[2], r[3], _meta_agent(r[4])) for r in rows[:limit]]
         more = len(rows) > len(listed) and listed
         return listed, (listed[-1].created_at, listed[-1].run_id) if more else None
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ...checkpoints.base import VersionConflict
 from ...errors import RunNotFoundError
+from ...lru import LRU
 from .._errors import aws_errors, translate
 from ..table import EXPIRES_AT, FORMAT, PK, Head, run_key
 from .records import condition_failed, existing_item, n, num, write_error
@@ -56,8 +55,7 @@ class HeadTable:
         self._ttl = ttl_seconds
         self._max_age = max_age_seconds
         self._clock = clock
-        self._lock = threading.Lock()
-        self._created: OrderedDict[str, tuple[int, str]] = OrderedDict()  # run -> creation, for the expiry cap
+        self._created: LRU[str, tuple[int, str]] = LRU(_CACHE_RUNS)  # run -> creation, for the expiry cap
 
     def expired(self, item: dict[str, Any]) -> bool:
         """Whether ``item`` is past its ``expires_at`` (it counts as missing)."""
@@ -149,8 +147,7 @@ class HeadTable:
         expiry = now + self._ttl
         if self._max_age is None:
             return expiry, None
-        with self._lock:
-            created = self._created.get(run_id)
+        created = self._created.get(run_id)
         if created is None:  # normally known: writers load the record first
             try:
                 created = self.note_created(run_id, self.get(run_id, Head.CREATED_AT))
@@ -163,9 +160,4 @@ class HeadTable:
         """Remember (and return) when the record in ``item`` was created: epoch seconds, and as stored."""
         text = item[Head.CREATED_AT]["S"]
         created = (int(datetime.fromisoformat(text).timestamp()), text)
-        with self._lock:
-            self._created[run_id] = created
-            self._created.move_to_end(run_id)
-            while len(self._created) > _CACHE_RUNS:
-                self._created.popitem(last=False)
-        return created
+        return self._created.put(run_id, created)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...ports import AGENT_META, ListPosition, RunListing
+from ...ports import AGENT_META, ListPosition, ListQuery, RunListing
 from .._errors import aws_errors
 from ..table import EXPIRES_AT, PK, PRINCIPAL_INDEX, RUN_SK, Head, item_key
 
@@ -26,14 +26,12 @@ def query_principal_runs(
     ddb: Any,
     table: str,
     principal: str,
+    query: ListQuery,
     *,
-    limit: int,
-    after: ListPosition | None = None,
-    statuses: frozenset[str] | None = None,
-    chat_id: str | None = None,
     clock: Callable[[], float] = time.time,
 ) -> tuple[list[RunListing], ListPosition | None]:
     """The page of :meth:`~durable_harness.ports.PrincipalRuns.runs_of` through ``ddb`` (boto3)."""
+    limit, after, statuses, chat_id = query.limit, query.after, query.statuses, query.chat_id
     if limit <= 0:
         return [], None
     names = {"#principal": Head.PRINCIPAL, "#pk": PK, "#expires_at": EXPIRES_AT}

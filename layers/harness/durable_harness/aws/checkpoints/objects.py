@@ -10,14 +10,13 @@ backstop).
 from __future__ import annotations
 
 import secrets
-import threading
-from collections import OrderedDict
 from contextlib import suppress
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ...errors import StorageError
+from ...lru import LRU
 from .._errors import aws_errors, object_body
 
 _CACHED_TEXTS = 8
@@ -38,8 +37,7 @@ class StateObjects:
         self._bucket = bucket
         self._prefix = prefix
         self.offload_bytes = offload_bytes
-        self._lock = threading.Lock()
-        self._texts: OrderedDict[str, str] = OrderedDict()  # S3 key -> text (immutable)
+        self._texts: LRU[str, str] = LRU(_CACHED_TEXTS)  # S3 key -> text (immutable)
 
     def put(self, run_id: str, name: str, text: str) -> str | None:
         """Write ``text`` to a new object and return its key; ``None`` when it fits in an item.
@@ -59,22 +57,21 @@ class StateObjects:
             self._s3.put_object(
                 Bucket=self._bucket, Key=key, Body=data, ContentType="application/json", IfNoneMatch="*"
             )
-        self._cache(key, text)
+        self._texts.put(key, text)
         return key
 
     def text(self, key: str) -> str:
         """The text of object ``key``; raises :class:`ObjectGone` when it no longer exists."""
-        with self._lock:
-            if key in self._texts:
-                self._texts.move_to_end(key)
-                return self._texts[key]
+        cached = self._texts.get(key, touch=True)
+        if cached is not None:
+            return cached
         if self._s3 is None or self._bucket is None:
             raise StorageError(f"a record points at S3 object {key!r}, but the store has no bucket")
         body = object_body(self._s3, self._bucket, key, f"reading state object {key!r}")
         if body is None:
             raise ObjectGone(key)
         text = body.decode("utf-8")
-        self._cache(key, text)
+        self._texts.put(key, text)
         return text
 
     def delete(self, key: str | None) -> None:
@@ -83,11 +80,4 @@ class StateObjects:
             return
         with suppress(ClientError, BotoCoreError):
             self._s3.delete_object(Bucket=self._bucket, Key=key)
-        with self._lock:
-            self._texts.pop(key, None)
-
-    def _cache(self, key: str, text: str) -> None:
-        with self._lock:
-            self._texts[key] = text
-            while len(self._texts) > _CACHED_TEXTS:
-                self._texts.popitem(last=False)
+        self._texts.pop(key)

@@ -49,7 +49,7 @@ from ...checkpoints.base import BaseCheckpointStore, Current, VersionConflict, h
 from ...checkpoints.records import Plan, fold, utf8_bytes
 from ...errors import CorruptCheckpointError, RunExistsError, RunNotFoundError, StorageError
 from ...ids import is_run_id
-from ...ports import Checkpoint, ListPosition, RunListing, RunSummary
+from ...ports import Checkpoint, ListPosition, ListQuery, RunListing, RunSummary
 from .._errors import aws_errors, check_format, translate
 from ..chunklog.items import fresh_log_item, generation
 from ..table import EXPIRES_AT, FORMAT, PK, Chat, Head, Record, chat_key, run_key
@@ -123,25 +123,6 @@ class DynamoCheckpointStore(BaseCheckpointStore):
         """The DynamoDB table holding the run records."""
         return self._table
 
-    def _create(self, first: Current, plan: Plan) -> Current:
-        created, existing = self._put_new(first, plan)
-        if existing is not None:
-            raise RunExistsError(first.record.run_id)
-        return created
-
-    def create_if_absent(self, checkpoint: Checkpoint) -> tuple[Checkpoint, bool]:
-        """Create the record unless the run exists: ``(record, True)``, or ``(existing, False)``.
-
-        Idempotent starts use it: the same start request delivered twice creates one run.
-        """
-        created, existing = self._put_new(*self._first(checkpoint))
-        if existing is None:
-            self._remember(created)
-            return handed_out(created.record), True
-        if Head.SEQ not in existing and Head.STATE in existing:  # the whole state is in the head
-            return handed_out(self._decode(existing, []).record), False
-        return self.load(checkpoint.run_id), False
-
     def load(self, run_id: str) -> Checkpoint:
         """The newest record of a run (one strongly consistent Query). Raises ``RunNotFoundError``."""
         return handed_out(self._load(run_id).record)
@@ -153,20 +134,9 @@ class DynamoCheckpointStore(BaseCheckpointStore):
         check_format(item, RECORD_FORMAT, f"the record of run {run_id!r}")
         return RunSummary(run_id, item[Head.STATUS]["S"], _text(item, Head.PRINCIPAL), _text(item, Head.CHAT_ID))
 
-    def runs_of(
-        self,
-        principal: str,
-        *,
-        limit: int,
-        after: ListPosition | None = None,
-        statuses: frozenset[str] | None = None,
-        chat_id: str | None = None,
-    ) -> tuple[list[RunListing], ListPosition | None]:
+    def runs_of(self, principal: str, query: ListQuery) -> tuple[list[RunListing], ListPosition | None]:
         """The principal's runs, newest first, from the table's index on (principal, created_at)."""
-        return query_principal_runs(
-            self._ddb, self._table, principal, limit=limit, after=after, statuses=statuses, chat_id=chat_id,
-            clock=self._clock,
-        )  # fmt: skip
+        return query_principal_runs(self._ddb, self._table, principal, query, clock=self._clock)
 
     def latest_run(self, chat_id: str, principal: str | None) -> str | None:
         """The run created last for ``principal``'s chat: one strongly consistent GetItem of the
@@ -285,8 +255,8 @@ class DynamoCheckpointStore(BaseCheckpointStore):
 
     # --- writes ------------------------------------------------------------------------------------
 
-    def _put_new(self, first: Current, plan: Plan) -> tuple[Current, dict[str, Any] | None]:
-        """Conditionally put the head ``first``; returns it, and the existing head when the run exists."""
+    def _create(self, first: Current, plan: Plan) -> Current:
+        """Conditionally put the head ``first`` (``RunExistsError`` when the run exists); returns it."""
         record = first.record
         run_id = record.run_id
         at = self._clock()
@@ -344,17 +314,16 @@ class DynamoCheckpointStore(BaseCheckpointStore):
                 self._ddb.transact_write_items(TransactItems=writes, ClientRequestToken=secrets.token_hex(16))
         except ClientError as exc:
             self._objects.delete(body_key)
-            existing = existing_item(exc)
-            if existing is None:
+            if existing_item(exc) is None:
                 raise write_error(exc, f"creating run {run_id!r}") from exc
-            return first, existing
+            raise RunExistsError(run_id) from None
         except BotoCoreError as exc:
             self._objects.delete(body_key)
             raise translate(exc, f"creating run {run_id!r}") from exc
         self._head.note_created(run_id, item)
         if self._on_created is not None and self._reset_log_head and is_run_id(run_id):
             self._on_created(run_id, generation(at, incarnation))
-        return replace(first, inc=incarnation), None
+        return replace(first, inc=incarnation)
 
     def _head_at(self, run_id: str, version: int) -> Current:
         """The run's head at ``version``: known, or read (``VersionConflict`` if it moved on)."""

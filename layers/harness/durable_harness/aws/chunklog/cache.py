@@ -13,6 +13,8 @@ from bisect import bisect_right, insort
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 
+from ...lru import LRU
+
 _BOUND_RUNS = 1024
 _BOUNDS_PER_RUN = 4096
 _CADENCE_ITEMS = 6  # appends whose send times estimate a writer's pace (the median gap)
@@ -39,7 +41,7 @@ class SegmentCache:
         self._lock = threading.Lock()
         self._lru: OrderedDict[tuple[_Log, int], tuple[tuple[str, ...], int]] = OrderedDict()
         self._starts: dict[_Log, list[int]] = {}
-        self._bounds: OrderedDict[_Log, set[int]] = OrderedDict()
+        self._bounds: LRU[_Log, set[int]] = LRU(_BOUND_RUNS)
         self._bytes = 0
 
     def put(self, run_id: str, gen: str, start: int, chunks: tuple[str, ...], size: int) -> None:
@@ -97,14 +99,11 @@ class SegmentCache:
         """Record indexes where committed segments start."""
         log = (run_id, gen)
         with self._lock:
-            bounds = self._bounds.get(log)
+            bounds = self._bounds.get(log, touch=True)
             if bounds is None:
-                bounds = self._bounds[log] = set()
-                if len(self._bounds) > _BOUND_RUNS:
-                    self._bounds.popitem(last=False)
+                bounds = self._bounds.put(log, set())
             elif len(bounds) > _BOUNDS_PER_RUN:
                 bounds.clear()  # crude but bounded; followers only need the recent ones
-            self._bounds.move_to_end(log)
             bounds.update(indexes)
 
     def is_boundary(self, run_id: str, gen: str, index: int) -> bool:
@@ -112,7 +111,7 @@ class SegmentCache:
         if index == 0:
             return True
         with self._lock:
-            return index in self._bounds.get((run_id, gen), ())
+            return index in (self._bounds.get((run_id, gen)) or ())
 
 
 class Cadence:
@@ -121,19 +120,16 @@ class Cadence:
     def __init__(self) -> None:
         """Know nothing yet."""
         self._lock = threading.Lock()
-        self._sent: OrderedDict[str, deque[float]] = OrderedDict()
+        self._sent: LRU[str, deque[float]] = LRU(_CADENCE_RUNS)
 
     def note(self, run_id: str, times: Sequence[float]) -> None:
         """Record the send times (epoch seconds, ascending) of appends just read."""
         if not times:
             return
         with self._lock:
-            sent = self._sent.get(run_id)
+            sent = self._sent.get(run_id, touch=True)
             if sent is None:
-                sent = self._sent[run_id] = deque(maxlen=_CADENCE_ITEMS)
-                if len(self._sent) > _CADENCE_RUNS:
-                    self._sent.popitem(last=False)
-            self._sent.move_to_end(run_id)
+                sent = self._sent.put(run_id, deque(maxlen=_CADENCE_ITEMS))
             sent.extend(t for t in times if not sent or t > sent[-1])
 
     def next_commit(self, run_id: str) -> float | None:

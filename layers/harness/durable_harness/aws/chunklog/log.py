@@ -44,7 +44,6 @@ import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -53,6 +52,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ...chunks.base import BaseChunkLog
 from ...errors import HarnessError, LogConflictError, StorageError
+from ...lru import LRU
 from .._errors import error_code, error_item, translate
 from ..table import EXPIRES_AT, FORMAT, PK, Append, Index, item_key
 from .items import LOG_FORMAT, MAX_INDEX, LogItem, append_item, decode_item, encode_chunks, generation, index_key
@@ -132,7 +132,7 @@ class DynamoChunkLog(BaseChunkLog):
         # never leave it wrong.
         self._writers: dict[str, _Writer] = {}
         # Runs whose incarnation this process just created, with its (empty) log: see note_fresh.
-        self._fresh: OrderedDict[str, str] = OrderedDict()
+        self._fresh: LRU[str, str] = LRU(_FRESH_RUNS)
         # Runs whose last append had to be retried (throttled, or failed and sent again): see retried.
         self._retried: set[str] = set()
 
@@ -140,8 +140,7 @@ class DynamoChunkLog(BaseChunkLog):
 
     def _open(self, run_id: str, epoch: int) -> int:
         self._forget(run_id)
-        with self._lock:
-            fresh = self._fresh.pop(run_id, None)
+        fresh = self._fresh.pop(run_id)
         for _ in range(_OPEN_ATTEMPTS):
             # A log this process created empty needs no look at its top: the conditional marker
             # below is the fence all the same, and a log that is not empty after all fails it.
@@ -182,10 +181,7 @@ class DynamoChunkLog(BaseChunkLog):
     def note_fresh(self, run_id: str, gen: str) -> None:
         """The run's incarnation ``gen`` was just created here, with its empty log (the run record's
         creation writes both in one transaction): the next :meth:`open` starts from there."""
-        with self._lock:
-            self._fresh[run_id] = gen
-            while len(self._fresh) > _FRESH_RUNS:
-                self._fresh.popitem(last=False)
+        self._fresh.put(run_id, gen)
         self._r.learn(run_id, gen)
 
     def next_commit(self, run_id: str) -> float | None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import StorageError
+from ...lru import LRU
 from .._errors import aws_errors
 from ..table import LOG_PREFIX, LOG_TOP, PK, SK, item_key
 from .cache import Cadence, SegmentCache
@@ -68,7 +68,7 @@ class LogReader:
         self._max_workers = max_workers
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self._gens: OrderedDict[str, tuple[str, float]] = OrderedDict()  # run -> (generation, when learned)
+        self._gens: LRU[str, tuple[str, float]] = LRU(_GEN_RUNS)  # run -> (generation, when learned)
 
     def close(self) -> None:
         """Stop the worker threads (a later read starts them again)."""
@@ -301,21 +301,15 @@ class LogReader:
 
     def _known_gen(self, run_id: str) -> str | None:
         """The run's current generation as learned lately (``None``: look at the top again)."""
-        with self._lock:
-            known = self._gens.get(run_id)
+        known = self._gens.get(run_id)
         if known is None or self._clock() - known[1] > _GEN_TRUST:
             return None
         return known[0]
 
     def learn(self, run_id: str, gen: str) -> None:
         """Note that ``gen`` is the run's current generation (seen at the top of its keys now)."""
-        with self._lock:
-            self._gens[run_id] = (gen, self._clock())
-            self._gens.move_to_end(run_id)
-            while len(self._gens) > _GEN_RUNS:
-                self._gens.popitem(last=False)
+        self._gens.put(run_id, (gen, self._clock()))
 
     def _unlearn(self, run_id: str) -> None:
         """Forget the run's generation (a read met a newer one)."""
-        with self._lock:
-            self._gens.pop(run_id, None)
+        self._gens.pop(run_id)
