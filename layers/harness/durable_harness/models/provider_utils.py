@@ -148,8 +148,10 @@ async def iter_sse_data(response: httpx.Response) -> AsyncIterator[str]:
         yield data
 
 
-DRAIN_SECONDS = 1.0
-"""The longest a model call reads its response after the protocol's last event (see :func:`drain`)."""
+DRAIN_SECONDS = 0.25
+"""The longest a model call reads its response after the protocol's last event (see :func:`drain`):
+the body's end follows in the same packet or one round trip later; a server that holds the stream
+open must not hold every step with it."""
 
 
 async def drain(events: AsyncIterator[str], seconds: float = DRAIN_SECONDS) -> None:
