@@ -7,12 +7,15 @@ name is swapped back (and ``ResponseMetadata``, which carries per-request ids, l
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from durable_harness.aws import DynamoCheckpointStore
+from durable_harness.ports import Checkpoint
 
 from tests.aws.lite.conftest import REGION
 from tests.motoserver import create_runs_table
@@ -147,3 +150,20 @@ def test_accepted_arguments_are_botocore_models(pair: tuple[Any, Any]) -> None:
                           ("UpdateItem", lite_ddb._UPDATE_ITEM), ("Query", lite_ddb._QUERY),
                           ("TransactWriteItems", lite_ddb._TRANSACT_WRITE_ITEMS)]:  # fmt: skip
         assert members == set(model.operation_model(name).input_shape.members), name
+
+
+def test_a_compressed_checkpoint_record_round_trips_through_the_lite_client(pair: tuple[Any, Any]) -> None:
+    """Deployed, the checkpoint store runs on the lite client: a step record whose body is stored
+    as zlib bytes (``B``, in a transaction) loads back the same, through either client (issue 20)."""
+    boto, lite_ddb = pair
+    store = DynamoCheckpointStore(B, client=lite_ddb)
+
+    def state(steps: int) -> str:
+        return json.dumps({"history": [f"{i}:" + "x" * 1_300 for i in range(steps)]}, separators=(",", ":"))
+
+    first = store.create(Checkpoint(run_id="run-1", state=state(1), status="running", version=0))
+    saved = store.save(Checkpoint(run_id="run-1", state=state(2), status="running", version=0), first.version)
+    record = boto.get_item(TableName=B, Key={"pk": {"S": "run-1"}, "sk": {"S": "run#00000002"}})["Item"]
+    assert set(record["body"]) == {"B"}
+    assert DynamoCheckpointStore(B, client=lite_ddb).load("run-1") == saved
+    assert DynamoCheckpointStore(B, client=boto).load("run-1") == saved

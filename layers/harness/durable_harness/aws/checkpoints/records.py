@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 from ...errors import HarnessError, StorageError
 from .._errors import aws_errors, error_code, error_item, translate
+from ..chunklog.items import packed_text
 from ..table import EXPIRES_AT, PK, RECORD_PREFIX, RUN_SK, SK, Chat, Head, Record, chat_key, item_key
 
 RECORD_FORMAT = 1
@@ -44,12 +45,14 @@ def record_item(
     run_id: str, seq: int, kind: str, *, body: str | None, body_key: str | None, inc: str | None,
     expires_at: int | None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The item of one record: its body inline, or the key of the S3 object holding it."""
+    """The item of one record: its body inline (zlib-compressed when that is smaller, as chunk data
+    is: the record shares the head's transaction, billed twice per started KB), or the key of the
+    S3 object holding it."""
     item: dict[str, Any] = {**item_key(run_id, record_sk(seq)), Record.KIND: {"S": kind}}
     if body_key is not None:
         item[Record.BODY_KEY] = {"S": body_key}
     else:
-        item[Record.BODY] = {"S": body or ""}
+        item[Record.BODY] = packed_text((body or "").encode("utf-8"))[0]
     if inc is not None:
         item[Record.INC] = {"S": inc}
     if expires_at is not None:

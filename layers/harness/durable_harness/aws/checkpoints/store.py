@@ -8,10 +8,12 @@ A save appends record ``seq + 1`` and moves the head in one ``TransactWriteItems
 DynamoDB bills both items, at two write units per KB as for any transaction), conditional on the
 head's version: a fenced writer writes neither, and no crash can leave one without the other. The
 head stays well under 1 KB and a record holds what the step added, so no write grows with the
-history. A state small enough to stay inline (the approval ledger's) is one ``UpdateItem``, and so
-is a save that changes nothing but the head. Loading is one strongly consistent ``Query`` for the
-head and its records (paged past 1 MB). A record body over ``offload_bytes`` goes to an immutable
-S3 object (``runs/<run_id>/state/<inc>-<seq>-<nonce>.json``) written before the transaction.
+history (a body over 900 bytes is stored zlib-compressed when that is smaller, as chunk data is: a
+step of JSON compresses 2-3 times, often under the next KB). A state small enough to stay inline
+(the approval ledger's) is one ``UpdateItem``, and so is a save that changes nothing but the head.
+Loading is one strongly consistent ``Query`` for the head and its records (paged past 1 MB). A
+record body over ``offload_bytes`` goes to an immutable S3 object
+(``runs/<run_id>/state/<inc>-<seq>-<nonce>.json``) written before the transaction.
 
 A run id can be used again once its record has expired (an idempotent chat POST or a "Start Run"
 event repeated after ``RunTtlDays``). Everything keyed by the run id alone would then mix the two
@@ -51,7 +53,7 @@ from ...errors import CorruptCheckpointError, RunExistsError, RunNotFoundError, 
 from ...ids import is_run_id
 from ...ports import Checkpoint, ListPosition, ListQuery, RunListing, RunSummary
 from .._errors import aws_errors, check_format, translate
-from ..chunklog.items import fresh_log_item, generation
+from ..chunklog.items import fresh_log_item, generation, unpacked_text
 from ..table import EXPIRES_AT, FORMAT, PK, Chat, Head, Record, chat_key, run_key
 from .head import HeadTable, iso
 from .listing import query_principal_runs
@@ -246,8 +248,8 @@ class DynamoCheckpointStore(BaseCheckpointStore):
         return known
 
     def _body(self, run_id: str, item: dict[str, Any]) -> str:
-        if Record.BODY in item:
-            return str(item[Record.BODY]["S"])
+        if Record.BODY in item:  # text, or zlib bytes (records written since issue 20)
+            return unpacked_text(item[Record.BODY]).decode("utf-8")
         try:
             return self._objects.text(item[Record.BODY_KEY]["S"])
         except ObjectGone:  # record objects are never deleted while their run lives

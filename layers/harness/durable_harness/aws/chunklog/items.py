@@ -100,11 +100,23 @@ class Encoded:
 def encode_chunks(chunks: Sequence[str]) -> Encoded:
     """The stored form of ``chunks`` (at least one; each is compact JSON without a newline)."""
     raw = "".join(chunk + "\n" for chunk in chunks).encode("utf-8")
+    attribute, size = packed_text(raw)
+    return Encoded(raw, attribute, size)
+
+
+def packed_text(raw: bytes) -> tuple[dict[str, Any], int]:
+    """UTF-8 text as a DynamoDB attribute value, ``{"S": text}`` or ``{"B": zlib bytes}`` when it is
+    over ``_COMPRESS_OVER`` and that is smaller (chunk data, checkpoint record bodies), and its size."""
     if len(raw) > _COMPRESS_OVER:
         packed = zlib.compress(raw, 6)
         if len(packed) < len(raw):
-            return Encoded(raw, {"B": packed}, len(packed))
-    return Encoded(raw, {"S": raw.decode("utf-8")}, len(raw))
+            return {"B": packed}, len(packed)
+    return {"S": raw.decode("utf-8")}, len(raw)
+
+
+def unpacked_text(attribute: dict[str, Any]) -> bytes:
+    """The UTF-8 text a :func:`packed_text` attribute value holds."""
+    return zlib.decompress(attribute["B"]) if "B" in attribute else attribute["S"].encode("utf-8")
 
 
 def decode_chunks(raw: bytes, n: int, where: str) -> tuple[str, ...]:
@@ -172,6 +184,6 @@ def decode_item(item: dict[str, Any], run_id: str) -> LogItem | IndexItem:
         if n > 0 and s3_key is None:
             raise StorageError(f"run {run_id!r}: chunk log item {key} holds neither chunks nor a pointer")
         return LogItem(gen, start, n, epoch, write_id, s3_key=s3_key, at=at)
-    raw = zlib.decompress(data["B"]) if "B" in data else data["S"].encode("utf-8")
+    raw = unpacked_text(data)
     chunks = decode_chunks(raw, n, f"run {run_id!r} item {key}")
     return LogItem(gen, start, n, epoch, write_id, chunks=chunks, size=len(raw), at=at)
