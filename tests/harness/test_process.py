@@ -129,17 +129,20 @@ async def test_a_program_killed_mid_step_resumes_from_its_checkpoint_with_reset_
     assert parts_of(cut) == parts_of(whole)
 
 
-async def test_a_program_that_exits_without_finish_is_retried_from_its_checkpoint() -> None:
+async def test_a_program_that_exits_without_finish_is_retried_from_its_checkpoint(tmp_path: Path) -> None:
     whole, _ = await Turns(agents.example).ask(LONG)
-    retried, state = await Turns(agents.exits_early).ask(LONG)
+    retried, state = await Turns(agents.faulty("exit-early", fault_dir=tmp_path)).ask(LONG)
     assert state.status == "finished" and parts_of(retried) == parts_of(whole)
 
 
-async def test_a_program_that_ignores_stop_is_killed_after_the_grace_period(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_program_that_ignores_stop_is_killed_after_the_grace_period(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     whole, _ = await Turns(agents.example).ask(LONG)
     began = time.monotonic()
     with caplog.at_level(logging.WARNING, "durable_harness.harness.process"):
-        sliced, state = await Turns(agents.faulty("ignore-stop", grace=0.5), slice_seconds=0).ask(LONG)
+        program = agents.faulty("ignore-stop", grace=0.5, fault_dir=tmp_path)
+        sliced, state = await Turns(program, slice_seconds=0).ask(LONG)
     assert time.monotonic() - began >= 0.5
     assert state.status == "finished" and parts_of(sliced) == parts_of(whole)
     # the step it was in is redone (with reset-step if the client could have seen some of it)

@@ -41,7 +41,7 @@ before(async () => {
   stepLog = path.join(faultDir, 'steps.log');
   sessionLog = path.join(faultDir, 'session-steps.log');
   [servers.example, servers.kills, servers.ignores, servers.invalid, servers.persistent] = await Promise.all([
-    serve('example', { STEP_LOG: stepLog }), serve('kills_mid_step', { FAULT_DIR: faultDir }), serve('ignores_stop'),
+    serve('example', { STEP_LOG: stepLog }), serve('kills_mid_step', { FAULT_DIR: faultDir }), serve('ignores_stop', { FAULT_DIR: faultDir }),
     serve('invalid_output'), serve('persistent', { STEP_LOG: sessionLog, STEP_SECONDS: '3' }),
   ]);
 }, { timeout: 60000 });
