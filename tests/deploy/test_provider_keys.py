@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from durable_harness.aws.chunklog.items import unpacked_text
 from durable_harness.protocol.assemble import assemble_ui_message
 
 from tests.models.test_openai import TEXT_STREAM, TOOLS_STREAM
@@ -136,13 +137,25 @@ async def test_a_deployed_openai_run_sends_the_key_it_read_from_secrets_manager(
     # (on exit, deployed_stack holds every call, this secret's reads included, against the IAM policies)
 
 
+def _readable(value: Any) -> Any:
+    """Scanned items with their compressed texts (``{"B": zlib bytes}``: chunk data, checkpoint
+    record bodies) decompressed, so that the scan sees what they hold."""
+    if isinstance(value, dict):
+        if set(value) == {"B"}:
+            return {"S": unpacked_text(value).decode("utf-8")}
+        return {key: _readable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_readable(item) for item in value]
+    return value
+
+
 def everything_stored(stack: MotoStack) -> bytes:
     """The raw bytes of every S3 object, DynamoDB item and execution history of the stack."""
     s3, ddb = stack.client("s3"), stack.client("dynamodb")
     bucket, table = stack.resolver.physical["ChunkBucket"], stack.resolver.physical["RunsTable"]
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
     stored = [s3.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys]
-    stored.append(json.dumps(ddb.scan(TableName=table)["Items"]).encode())
+    stored.append(json.dumps(_readable(ddb.scan(TableName=table)["Items"])).encode())
     for execution in stack.executions():
         stored.append(json.dumps([execution, stack.history(execution["executionArn"])], default=str).encode())
     return b"\n".join(stored)
