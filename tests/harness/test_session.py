@@ -62,7 +62,10 @@ def bridge_pids(folder: Path) -> list[int]:
 
     pids = []
     for path in bridges_dir(folder).glob("*.json") if folder.exists() else []:
-        record = json.loads(path.read_text())
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:  # listed, then removed by the bridge that ended (records are renamed in whole)
+            continue
         if is_alive(record.get("pid"), record.get("startTime")):
             pids.append(int(record["pid"]))
     return pids
@@ -81,7 +84,10 @@ async def end_bridges(folder: Path, session_id: str | None = None) -> None:
     for path in bridges_dir(folder).glob("*.json") if folder.exists() else []:
         import json
 
-        sid = json.loads(path.read_text()).get("sessionId") or session_id
+        try:
+            sid = json.loads(path.read_text()).get("sessionId") or session_id
+        except FileNotFoundError:  # its bridge ended meanwhile
+            continue
         connection = find(folder, sid) if sid else None
         if connection is not None:
             try:
