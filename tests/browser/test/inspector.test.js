@@ -160,8 +160,11 @@ test("a deployed run's page shows its cost estimate, its parts and the price dat
 test('an approval answered from the inspector starts the continuation, whose page opens', { timeout: 60_000 }, async () => {
   const { page } = browser;
   await page.goto(`${server.base}/runs?run=${paused}`);
-  const waiting = await waitFor(page, (s) => s.status === 'awaiting_tool_approval' && s.timeline.some((e) => e.kind === 'wait'), 'the paused run');
-  assert.ok(waiting.timeline.some((e) => e.kind === 'approval' && /save_note/.test(e.text)));
+  // The page shows the run's status and its log as each arrives: wait for both, the approval request included.
+  const approval = (e) => e.kind === 'approval' && /save_note/.test(e.text);
+  const waiting = await waitFor(page, (s) => s.status === 'awaiting_tool_approval' && s.timeline.some((e) => e.kind === 'wait')
+    && s.timeline.some(approval), 'the paused run and its approval request');
+  assert.ok(waiting.timeline.some(approval));
   await page.getByRole('button', { name: 'Approve' }).click();
   await page.waitForURL((url) => url.searchParams.get('run') && url.searchParams.get('run') !== paused);
   const next = await waitFor(page, (s) => s.status === 'finished' && s.timeline.some((e) => e.kind === 'tool' && e.state === 'done')
