@@ -3,7 +3,7 @@ shows (whether the provider's HTTP client keeps its connection from one call to 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,3 +42,16 @@ def recorded_server(body: bytes) -> Iterator[tuple[str, RecordedSSE]]:
     app = RecordedSSE(body)
     with serve(app) as url:
         yield url, app
+
+
+async def assert_two_calls_share_a_connection(
+    model: Any, server: RecordedSSE, call: Callable[[], Awaitable[list[str]]]
+) -> None:
+    """Call the model twice through ``call`` (then close it): the two streams are the same and end
+    with ``finish``, and their requests came over one TCP connection."""
+    try:
+        first, second = await call(), await call()
+    finally:
+        await model.aclose()
+    assert first == second and first[-1].startswith('{"type":"finish"')
+    assert len(server.clients) == 2 and len(set(server.clients)) == 1, server.clients

@@ -27,7 +27,7 @@ from durable_harness.models.openai import OpenAIChatModel
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol.harness_parts import encode_part
 
-from tests.models._loopback import recorded_server
+from tests.models._loopback import assert_two_calls_share_a_connection, recorded_server
 
 API_KEY = "sk-test-0123456789abcdefSECRET"
 
@@ -709,9 +709,4 @@ async def test_consecutive_calls_reuse_one_connection() -> None:
     # end after [DONE], so httpx keeps the connection: before, each call opened a new one.
     with recorded_server(TEXT_STREAM) as (url, server):
         model = OpenAIChatModel("gpt-4o-mini", api_key=API_KEY, base_url=f"{url}/v1")
-        try:
-            first, second = await collect(model, hello()), await collect(model, hello())
-        finally:
-            await model.aclose()
-    assert first == second and first[-1].startswith('{"type":"finish"')
-    assert len(server.clients) == 2 and len(set(server.clients)) == 1, server.clients
+        await assert_two_calls_share_a_connection(model, server, lambda: collect(model, hello()))
