@@ -109,7 +109,10 @@ test("a run's page: timeline, tool call, the replayed message, the chat's runs",
   await page.click(`#runs > li[data-run-id="${weather}"] a.runs__link`);
   const shown = await waitFor(page, (s) => s.status === 'finished' && s.message.length > 0
     && s.timeline.some((e) => e.kind === 'tool' && e.state === 'done') && /in \/ \d+ out/.test(s.usage ?? '')
-    && s.chatRuns.length === 2, 'the finished run, with the runs of its chat');
+    && s.chatRuns.length === 2
+    // each step's tokens come from the run's result, which the page reads after its status
+    && s.timeline.filter((e) => e.kind === 'step' && /tokens/.test(e.text)).length >= 2,
+  "the finished run, with the runs of its chat and each step's tokens");
   const kinds = shown.timeline.map((e) => e.kind);
   assert.equal(kinds[0], 'slice');
   assert.equal(kinds.at(-1), 'finish');
@@ -145,6 +148,9 @@ test("a deployed run's page shows its cost estimate, its parts and the price dat
     const response = await request.fetch();
     await request.fulfill({ response, json: { ...(await response.json()), cost } });
   });
+  // The page reads the status again when the replayed log reaches `finish`: that second read can
+  // still be in this handler when the cost shows. Unrouting waits for it, or it would fail later,
+  // on the next test's navigation, as an unhandled rejection (it did once in CI).
   try {
     await page.goto(`${server.base}/runs?run=${encodeURIComponent(weather)}`);
     const shown = await waitFor(page, (s) => s.status === 'finished' && s.costParts.length === 5, 'the cost estimate');
@@ -153,7 +159,7 @@ test("a deployed run's page shows its cost estimate, its parts and the price dat
       'logs, X-Ray, secrets $0.000011']);
     assert.match(shown.cost, /model tokens are not priced/);
   } finally {
-    await page.unroute(route);
+    await page.unrouteAll({ behavior: 'wait' });
   }
 });
 
