@@ -55,26 +55,34 @@ def read_peers(results: Path) -> dict[str, str]:
 
 
 def summary(rows: list[dict[str, Any]], failed: dict[str, int], peers: dict[str, str]) -> tuple[str, int, int]:
-    """The final table, and the counts of MET and MISSED rows. ``peers``: the best peer's figure by
-    target id (``bench/peers.py``, when it ran in the same ``make bench``); "—" where none."""
-    out, met, missed = [], 0, 0
+    """The final table, then each MISSED row's reason, and the counts of MET and MISSED rows.
+    ``peers``: the best peer's figure by target id (``bench/peers.py``, when it ran in the same
+    ``make bench``); "—" where none."""
+    out, whys, met, missed = [], [], 0, 0
     for target in TARGETS:
         mine = [r for r in rows if r["id"] == target.id]
         peer = peers.get(target.id, "—")
         if not mine:
             out.append([target.metric, target.target, "not measured", "MISSED", peer, "-"])
+            whys.append(f"{target.metric}: not measured (no script reported it: one failed, or was not run)")
             missed += 1
             continue
         for r in mine:
             ok = bool(r["met"])
             met, missed = met + ok, missed + (not ok)
             out.append([target.metric, target.target, r["measured"], "MET" if ok else "MISSED", peer, r["script"]])
+            if not ok:
+                whys.append(f"{target.metric} ({r['script']}): {r.get('why') or 'no reason recorded'}")
     unknown = [r for r in rows if r["id"] not in BY_ID]
     for r in unknown:  # report() refuses unknown ids; a script writing its own rows may not
         out.append([f"unknown target id {r['id']!r}", "-", r.get("measured", ""), "ERROR", "—", r.get("script", "?")])
     for name, code in failed.items():
         out.append([f"{name} failed (exit {code})", "-", "its remaining rows are missing", "ERROR", "—", name])
-    return table(["metric", "target", "measured", "status", "best peer", "script"], out), met, missed
+    text = table(["metric", "target", "measured", "status", "best peer", "script"], out)
+    if whys:
+        text += "\n\nWhy each MISSED row misses (the reason, and where it goes, stage by stage):\n\n"
+        text += "\n".join(f"{i}. {why}" for i, why in enumerate(whys, 1))
+    return text, met, missed
 
 
 def main() -> None:

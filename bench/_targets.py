@@ -6,11 +6,14 @@ The contract between the benchmark scripts and ``bench/_run_all.py`` (what ``mak
   with its default options, in a fresh process, with the environment variable ``BENCH_RESULTS``
   set to a directory;
 * a script reports each figure it measures against one of :data:`TARGETS` by calling
-  :func:`report` with the target's id, the measured figures as text, and whether the target is met.
-  ``report`` prints one line, and when ``BENCH_RESULTS`` is set it also appends one JSON object per
-  line to ``$BENCH_RESULTS/<script name>.jsonl``::
+  :func:`report` with the target's id, the measured figures as text, whether the target is met,
+  and ``why``: for a measurement that misses its target, the reason and where the time (or the
+  requests, the bytes) goes, stage by stage, from what the script measured (issue 20: a MISSED row
+  says why). ``report`` refuses a miss without one. It prints one line (and the reason under it),
+  and when ``BENCH_RESULTS`` is set it also appends one JSON object per line to
+  ``$BENCH_RESULTS/<script name>.jsonl``::
 
-      {"id": "cold_import.slice", "measured": "212 ms (median of 7)", "met": true,
+      {"id": "cold_import.slice", "measured": "212 ms (median of 7)", "met": true, "why": "",
        "script": "cold_start.py", "metric": "...", "target": "..."}
 
   (``metric`` and ``target`` are copied from :data:`TARGETS`, for a reader of the file);
@@ -18,6 +21,7 @@ The contract between the benchmark scripts and ``bench/_run_all.py`` (what ``mak
   measurement, ``MET`` or ``MISSED``. A target no script reported is printed as ``not measured``
   (``MISSED``), never filled in. A target reported by several scripts (or several times) gets one
   row per report. An id that is not in :data:`TARGETS` is listed as an error: add it here first.
+  Under the table, each MISSED row's reason, in the table's order.
 
 The numbers a script compares with are the constants below, so that the script and the table
 cannot disagree about a threshold.
@@ -127,17 +131,26 @@ BY_ID = {t.id: t for t in TARGETS}
 RESULTS_ENV = "BENCH_RESULTS"
 
 
-def report(target_id: str, measured: str, met: bool) -> None:
-    """Print one measurement against target ``target_id``, and record it for ``make bench``'s table."""
+def report(target_id: str, measured: str, met: bool, why: str = "") -> None:
+    """Print one measurement against target ``target_id``, and record it for ``make bench``'s table.
+
+    ``why``: the reason a miss misses and its stage-by-stage breakdown (ignored when ``met``);
+    required for a miss, so that no MISSED row stands without one.
+    """
     target = BY_ID.get(target_id)
     if target is None:
         raise KeyError(f"unknown target id {target_id!r}: add it to TARGETS in bench/_targets.py")
+    why = "" if met else why.strip()
+    if not met and not why:
+        raise ValueError(f"{target_id} MISSED ({measured}) without a reason: pass report(..., why=...)")
     print(f"  {target.metric} {target.target}: {'MET' if met else 'MISSED'} ({measured})")
+    if why:
+        print(f"    why: {why}")
     out = os.environ.get(RESULTS_ENV)
     if not out:
         return
     script = Path(sys.argv[0]).name
-    row = {"id": target_id, "measured": measured, "met": bool(met), "script": script,
+    row = {"id": target_id, "measured": measured, "met": bool(met), "why": why, "script": script,
            "metric": target.metric, "target": target.target}  # fmt: skip
     with open(Path(out) / f"{Path(script).stem}.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(row, ensure_ascii=False) + "\n")
