@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,19 +176,25 @@ def report_targets(short: Run, sliced: Run, long: Run | None, long_error: str | 
         allowed = steps + run.slices + 1  # one per step, one per slice boundary (the claim), the create
         measured = (f"{how}: {writes} writes (create, claims, saves) in {steps} steps, {run.slices} slice(s): "
                     f"{writes / steps:.2f} per step; allowed {allowed}")  # fmt: skip
-        report("checkpoint.writes_per_step", measured, writes <= allowed)
+        by_step = Counter(s.writes for s in run.steps)
+        report("checkpoint.writes_per_step", measured, writes <= allowed,
+               f"steps by their write requests (requests: steps): {dict(sorted(by_step.items()))}")  # fmt: skip
     k = max(1, min(10, steps // 4))
     written = [s.written for s in short.steps]
     first, last = sum(written[1 : k + 1]) / k, sum(written[-k - 1 : -1]) / k  # the create and the end aside
     report("checkpoint.no_growth", f"bytes written per step: {first:,.0f} in steps 2-{k + 1}, {last:,.0f} in the "
-           f"last {k} before the end (x{last / first:.2f})", last <= 1.1 * first)  # fmt: skip
+           f"last {k} before the end (x{last / first:.2f})", last <= 1.1 * first,
+           f"bytes written by step: {', '.join(f'{b:,}' for b in written)}")  # fmt: skip
     for run, n in ((short, steps), (long, args.target_steps)):
         if run is None:
-            report("checkpoint.bytes_200_steps", f"the {n}-step run failed: {long_error}", False)
+            report("checkpoint.bytes_200_steps", f"the {n}-step run failed: {long_error}", False,
+                   f"not measured: the run failed ({long_error})")  # fmt: skip
             continue
         total, final = totals(run)[2], len(run.final_state.encode())
         report("checkpoint.bytes_200_steps", f"{n} steps: {total:,} bytes written for a final state of {final:,} "
-               f"(x{total / final:.2f})", total <= CHECKPOINT_BYTES_RATIO * final)  # fmt: skip
+               f"(x{total / final:.2f})", total <= CHECKPOINT_BYTES_RATIO * final,
+               f"{run.slices} slice(s); the largest step wrote {max(s.written for s in run.steps):,} bytes, the "
+               f"median one {sorted(s.written for s in run.steps)[len(run.steps) // 2]:,}")  # fmt: skip
 
 
 def main() -> None:

@@ -604,8 +604,11 @@ def main() -> None:
                   + (f"; then {f['setup']:.0f} ms CPU of first-call setup" if f["setup"] >= 0 else ""))  # fmt: skip
         if name == "chat" and "this build" in first:
             detail += f"; then {first['this build']['post_cpu']:.0f} ms CPU to answer the first POST"
-        report(target, detail, f["cpu"] <= limit)
-    report("layer.size", f"{total / 1e6:.1f} MB ({total:,} bytes)", total <= LAYER_BYTES)
+        heaviest = ", ".join(f"{k} {v:.0f}" for k, v in profiles.get(name, [])[:5])
+        report(target, detail, f["cpu"] <= limit, f"-X importtime self time, ms, the heaviest packages: {heaviest}")
+    biggest = ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in top[:5])
+    report("layer.size", f"{total / 1e6:.1f} MB ({total:,} bytes)", total <= LAYER_BYTES,
+           f"the largest distributions: {biggest}")  # fmt: skip
 
 
 if __name__ == "__main__":

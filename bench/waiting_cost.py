@@ -111,7 +111,9 @@ def main() -> None:
     )
     met = lambda_ms == 0 and requests_wait == 0 and invocations_wait == 0 and transitions_wait == 0
     report("waits.idle_cost", f"{lambda_ms:.0f} ms Lambda, {requests_wait} requests, {transitions_wait} transitions "
-           f"in {waited:.1f} s of waiting", met)  # fmt: skip
+           f"in {waited:.1f} s of waiting", met,
+           f"while parked: {invocations_wait} slice invocation(s), {requests_wait} AWS request(s), "
+           f"{transitions_wait} state transition(s), {lambda_ms:.0f} ms of Lambda time")  # fmt: skip
 
 
 if __name__ == "__main__":
