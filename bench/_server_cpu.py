@@ -230,7 +230,9 @@ def cpu_summary(b: dict[str, Any], top: int = 4) -> str:
             f"{c['client']:.2f})")  # fmt: skip
     if not top:
         return used
-    return f"{used}. The loop's busy samples, with their CPU per chunk: {loop}; worker threads: {workers}"
+    functions = ", ".join(f"{name} {share:.0%}" for name, share in b["functions"][:3])
+    return (f"{used}. The loop's busy samples (not in select; waits for the GIL or a core included), with their CPU "
+            f"per chunk: {loop}; its busiest innermost functions: {functions}; worker threads: {workers}")  # fmt: skip
 
 
 def cpu_table(b: dict[str, Any]) -> list[list[Any]]:

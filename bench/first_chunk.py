@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 from _breakdown import (
     LOCAL_LABELS,
     LOCAL_STAGES,
@@ -252,9 +254,19 @@ def kit_server(
             proc.wait()
 
 
+class _QuietExit(uvicorn.Server):
+    """uvicorn's server, returning after SIGTERM instead of raising it again (so that a profile is written)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Stop on SIGTERM or SIGINT, and return."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.handle_exit)
+        yield
+
+
 def serve_kit() -> None:
     """``--serve-kit``: the local kit (uvicorn, one process) over a temporary data folder."""
-    import uvicorn
     from durable_harness.server.local import build_local_kit
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -264,8 +276,9 @@ def serve_kit() -> None:
         sock.bind(("127.0.0.1", 0))
         print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-        with profiled(os.environ.get(PROFILE_ENV)):
-            uvicorn.Server(config).run(sockets=[sock])
+        profile = os.environ.get(PROFILE_ENV)
+        with profiled(profile):
+            (_QuietExit if profile else uvicorn.Server)(config).run(sockets=[sock])
 
 
 async def many(url: str | None, base: str, name: str, runs: int, timeout: float) -> tuple[list[float], int, float]:
@@ -379,24 +392,23 @@ def main() -> None:
 
 
 # One sentence each of what in the library makes the time (read in its code), and what would have to change.
-CAUSE_LOCAL = ("Cause: the POST makes two worker-thread trips in a row before the harness may build its request "
-               "(ChatService.start_turn: Runner.create_run + LocalOrchestrator.take_lease; then Runner.run_slice's "
-               "_begin_slice: store.load, store.claim, FileChunkLog.open, the `start` append), and the first delta "
-               "takes a third and fourth (the ChunkWriter's append, ChatService.follow's log.read); <= 3 ms needs "
-               "the run created, claimed and opened in one trip with the model request sent beside it, and the "
-               "follower served from the commit signal's chunks instead of a read.")  # fmt: skip
+CAUSE_LOCAL = ("Cause: the POST makes two worker-thread trips in a row before the harness builds its request "
+               "(ChatService.start_turn: Runner.create_run + LocalOrchestrator.take_lease; then Runner._begin_slice: "
+               "store.load, store.claim, FileChunkLog.open, the `start` append), and the first delta waits for its "
+               "own trip (ChunkWriter -> FileChunkLog.append); <= 3 ms needs the run created, claimed and opened in "
+               "one trip with the model request sent beside it.")  # fmt: skip
 CAUSE_DEPLOYED = ("Cause: the deployed Runner (aws/runtime.py function_parts) keeps ChunkWriter's default burst of 1, "
-                  "so the first delta waits out STREAM_FLUSH_SECONDS (70 ms) after the `start` chunk's flush, and the "
-                  "slice first reads back the run the POST just created (Runner._begin_slice: store.load's Query, "
-                  "store.claim's UpdateItem) after ChatService.start_turn's TransactWriteItems; <= 25 ms and <= 2 "
-                  "round trips need a burst of 2 (or `start` appended in the claim's trip, open_with_start, as "
-                  "locally) and the run created already claimed by the chat function that runs its first "
-                  "slice.")  # fmt: skip
-CAUSE_CONCURRENT = ("Cause: one server process runs every run's model client, harness loop, group commit, followers "
-                    "and uvicorn's pure-Python h11 framing on one event loop thread (LocalOrchestrator drives runs as "
-                    "asyncio tasks; the file log's worker threads share its GIL), so once a chunk costs more CPU than "
-                    "the core has per chunk the loop saturates and chunks queue; meeting it needs fewer µs per chunk "
-                    "on the loop (or the runs spread over several processes).")  # fmt: skip
+                  "so the first delta waits out STREAM_FLUSH_SECONDS (70 ms) after the `start` flush, and the slice "
+                  "reads back and claims the run the POST just created (Runner._begin_slice: store.load's Query, "
+                  "store.claim's UpdateItem, log.open's PutItem) after ChatService.start_turn's TransactWriteItems; "
+                  "<= 25 ms and <= 2 round trips need a burst of 2 (as locally) and the chat function creating the "
+                  "run already claimed, its log opened, in that one transaction.")  # fmt: skip
+CAUSE_CONCURRENT = ("Cause: every run's model client (httpx), harness, group commit and SSE response (uvicorn's h11) "
+                    "run on the server process's one event loop thread (LocalOrchestrator drives runs as asyncio "
+                    "tasks; its worker threads share the GIL), so the process gets about one core at most, and a "
+                    "chunk costing more CPU than the budget above queues; meeting it needs the loop's CPU per chunk "
+                    "under that budget (fewer socket reads, selector calls and writes per chunk) or the runs spread "
+                    "over several processes.")  # fmt: skip
 
 
 def report_local(local: dict[str, Any], args: argparse.Namespace) -> None:
