@@ -107,24 +107,30 @@ class StageProbe:
 
         return probed
 
-    def table_rows(self, median: Callable[[Sequence[float]], float]) -> list[list[Any]]:
-        """One row per stage: its median time since the request was sent, and since the stage before."""
+    def table_rows(
+        self,
+        median: Callable[[Sequence[float]], float],
+        stages: Sequence[str] = STAGES,
+        labels: dict[str, str] = LABELS,
+    ) -> list[list[Any]]:
+        """One row per stage of ``stages`` (named by ``labels``) that a turn reached: its median time
+        since the request was sent, and since the stage before."""
         rows, previous = [], 0.0
-        for stage in STAGES:
+        for stage in stages:
             times = [(t[stage] - t["start"]) * 1000 for t in self.turns if stage in t]
             if not times:
                 continue
             at = median(times)
-            steps = [(t[stage] - t[p]) * 1000 for t in self.turns for p in [_before(t, stage)] if p is not None]
-            rows.append([LABELS[stage], at, median(steps) if steps else at - previous])
+            steps = [(t[stage] - t[p]) * 1000 for t in self.turns for p in [_before(t, stage, stages)] if p is not None]
+            rows.append([labels[stage], at, median(steps) if steps else at - previous])
             previous = at
         return rows
 
 
-def _before(turn: dict[str, float], stage: str) -> str | None:
+def _before(turn: dict[str, float], stage: str, stages: Sequence[str] = STAGES) -> str | None:
     """The latest stage before ``stage`` that this turn reached (``start`` for the first)."""
-    index = STAGES.index(stage)
-    for earlier in reversed(STAGES[:index]):
+    index = stages.index(stage)
+    for earlier in reversed(stages[:index]):
         if earlier in turn:
             return earlier
     return "start" if stage in turn else None
