@@ -56,6 +56,7 @@ import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import stat
 import statistics
@@ -262,8 +263,9 @@ def function_env(name: str, build: Path) -> dict[str, str]:
         "RunsTable": "bench-runs",
         "ChunkBucket": "bench-chunks",
         "HarnessLayer": "bench-layer",
-        "ApprovalSecret": "arn:aws:secretsmanager:us-east-1:123456789012:secret:bench-approval",
+        "ApprovalSecret": "bench-approval",  # by name: measure_first creates it in moto (any ARN gets a suffix)
     }
+    resolver.attributes[("ChatFunctionUrl", "FunctionUrl")] = "https://bench.lambda-url.us-east-1.on.aws/"
     props = function_properties(template, FUNCTIONS[name])
     variables = resolver.resolve(props.get("Environment", {}).get("Variables", {}))
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
@@ -434,6 +436,9 @@ def measure_first(py: str, builds: dict[str, tuple[Path, Path]], runs: int) -> d
         definition = {"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}
         boto3.client("stepfunctions", region_name="us-east-1").create_state_machine(
             name=name, definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/bench")
+        # The chat function reads its approval secret at start-up, as deployed (a random 48-byte key).
+        boto3.client("secretsmanager", region_name="us-east-1").create_secret(
+            Name=env["TOOL_APPROVAL_SECRET_ARN"], SecretString=secrets.token_urlsafe(48))
         for _ in range(runs):
             for label, (build, layer) in builds.items():
                 samples[label].append(run_import(py, "chat", build, layer, endpoint=endpoint.url))

@@ -26,12 +26,12 @@ from typing import Any
 import httpx
 from _common import machine, median, serve, table, verdict
 from durable_harness import Agent, tool
-from durable_harness.agent import tools as tools_module
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.base import ModelRequest, ModelStreamPart
 from durable_harness.models.scripted import FunctionModel, text_step, tool_calls_step
 from durable_harness.protocol.sse import SSEParser
 from durable_harness.server.local import build_local_kit
+from durable_harness.tools import definition as tools_module  # where a sync tool calls run_in_tool_thread
 from durable_harness.tools.pool import set_tool_threads, tool_threads
 from pydantic import BaseModel
 
