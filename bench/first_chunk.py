@@ -397,12 +397,12 @@ CAUSE_LOCAL = ("Cause: the POST makes two worker-thread trips in a row before th
                "store.load, store.claim, FileChunkLog.open, the `start` append), and the first delta waits for its "
                "own trip (ChunkWriter -> FileChunkLog.append); <= 3 ms needs the run created, claimed and opened in "
                "one trip with the model request sent beside it.")  # fmt: skip
-CAUSE_DEPLOYED = ("Cause: the deployed Runner (aws/runtime.py function_parts) keeps ChunkWriter's default burst of 1, "
-                  "so the first delta waits out STREAM_FLUSH_SECONDS (70 ms) after the `start` flush, and the slice "
-                  "reads back and claims the run the POST just created (Runner._begin_slice: store.load's Query, "
-                  "store.claim's UpdateItem, log.open's PutItem) after ChatService.start_turn's TransactWriteItems; "
-                  "<= 25 ms and <= 2 round trips need a burst of 2 (as locally) and the chat function creating the "
-                  "run already claimed, its log opened, in that one transaction.")  # fmt: skip
+CAUSE_DEPLOYED = ("Cause: the slice reads back and claims the run the POST just created (Runner._begin_slice: "
+                  "store.load's Query, store.claim's UpdateItem, log.open's PutItem) after ChatService.start_turn's "
+                  "TransactWriteItems, each a round trip before the model request; <= 25 ms and <= 2 round trips need "
+                  "the chat function creating the run already claimed, its log opened, in that one transaction (the "
+                  "first delta no longer waits out STREAM_FLUSH_SECONDS: the deployed writer has a burst of 2, "
+                  "aws/runtime.py function_parts).")  # fmt: skip
 CAUSE_CONCURRENT = ("Cause: every run's model client (httpx), harness, group commit and SSE response (uvicorn's h11) "
                     "run on the server process's one event loop thread (LocalOrchestrator drives runs as asyncio "
                     "tasks; its worker threads share the GIL), so the process gets about one core at most, and a "

@@ -224,9 +224,11 @@ def function_parts(
     runtime = build_runtime(settings, session=session)
     _install_core_clients()
     flush = settings.stream_flush_seconds if flush_interval is None else flush_interval
+    # A burst of 2, as locally: the model's first chunk is not held an interval behind the slice's
+    # opening `start` flush (the average pace stays one flush per interval).
     runner = Runner(
-        load_agent(settings.agent), runtime.store, runtime.log, flush_interval=flush, on_commit=on_commit,
-        agent_id=settings.agent, public_url=settings.public_url,
+        load_agent(settings.agent), runtime.store, runtime.log, flush_interval=flush, flush_burst=2,
+        on_commit=on_commit, agent_id=settings.agent, public_url=settings.public_url,
     )  # fmt: skip
     runner.approval_secret.pin(settings.environ)  # its secret's ARN: from the settings, as everything else
     if check_secret:
