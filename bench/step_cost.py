@@ -24,8 +24,7 @@ kept as a second row. Each turn is a tool loop: every step streams text deltas a
    stage's own thread CPU per step (``StageClock``: the agent's state dump, the checkpoint's
    encoding, the store's delta and transaction, the log append, the translation to UI chunks and
    their JSON, the model client, garbage collection; the rest by difference), timed in the run
-   itself. The run is bounded by ``--long-seconds``: if it does not reach step 1,000 the ratio
-   at the last step reached is given and the target is MISSED (not reached).
+   itself. The run is bounded by ``--long-seconds``: short of step 1,000 it gives the last step's ratio, MISSED.
 
 Every MISSED report says why: the figures of this run, stage by stage, and the structural cause
 in the library's code.
@@ -63,6 +62,7 @@ from _targets import (
     report,
 )
 from durable_harness import ToolLoopAgent, step_count_is
+from durable_harness.chunks.writer import SERVING_BURST
 from durable_harness.models.openai import OpenAIChatModel
 from durable_harness.protocol.translate import StreamTranslator
 from durable_harness.runner.encoding import StateEncoder
@@ -159,13 +159,14 @@ class Arms:
             coro: Any = agent.generate(messages=user_turn())
         elif arm == "local":
             timer = self.local_timer
-            runner = Runner(agent, self.local_store, self.local_log, flush_interval=0.01, flush_burst=2)
+            runner = Runner(agent, self.local_store, self.local_log, flush_interval=0.01, flush_burst=SERVING_BURST)
             coro = drive(runner, user_turn())
         else:
             ddb, s3 = self.aws.clients(meter=self.meter if counted else None)
             store = timer.attach(self.aws.store(ddb, s3), "store")
             log = timer.attach(self.aws.log(ddb, s3), "log")
-            coro = drive(Runner(agent, store, log, flush_interval=DEPLOYED_FLUSH), user_turn())
+            coro = drive(Runner(agent, store, log, flush_interval=DEPLOYED_FLUSH, flush_burst=SERVING_BURST),
+                         user_turn())  # fmt: skip
         timer.reset()
         self.hops.reset()
         self.boundaries.reset()

@@ -218,16 +218,15 @@ def function_parts(
     the approval secret now (a function that signs approvals): a secret under 32 bytes, or one
     that may not be read, fails the function's start, with its own message; that read is the
     one the first approval uses (:class:`~durable_harness.approvals.ApprovalSecret`)."""
+    from ..chunks.writer import SERVING_BURST
     from ..loader import load_agent  # the runner and the agent: imported by the functions, not by the adapters' users
     from ..runner.runner import Runner
 
     runtime = build_runtime(settings, session=session)
     _install_core_clients()
     flush = settings.stream_flush_seconds if flush_interval is None else flush_interval
-    # A burst of 2, as locally: the model's first chunk is not held an interval behind the slice's
-    # opening `start` flush (the average pace stays one flush per interval).
     runner = Runner(
-        load_agent(settings.agent), runtime.store, runtime.log, flush_interval=flush, flush_burst=2,
+        load_agent(settings.agent), runtime.store, runtime.log, flush_interval=flush, flush_burst=SERVING_BURST,
         on_commit=on_commit, agent_id=settings.agent, public_url=settings.public_url,
     )  # fmt: skip
     runner.approval_secret.pin(settings.environ)  # its secret's ARN: from the settings, as everything else

@@ -35,12 +35,16 @@ from ..errors import StorageError
 from ..ports import ChunkLog, RetriedAppends
 from .base import check_chunks
 
-__all__ = ["MAX_BACKOFF", "ChunkWriter"]
+__all__ = ["MAX_BACKOFF", "SERVING_BURST", "ChunkWriter"]
 
 T = TypeVar("T")
 
 MAX_BACKOFF = 16
 """The most the pace slows down under pressure: ``flush_interval`` times this (1.6 s at 0.1 s)."""
+
+SERVING_BURST = 2
+"""The burst the kit serves with, locally and deployed: after a quiet spell the model's first chunk
+is not held an interval behind the slice's opening ``start`` flush (see the module)."""
 
 
 class ChunkWriter:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..chunks.writer import SERVING_BURST
 from ..errors import SettingsError
 from ..harness.interface import Harness
 from ..loader import load_agent
@@ -79,7 +80,7 @@ def build_local_kit(
     *,
     slice_seconds: float | None = 600.0,
     flush_interval: float = 0.01,
-    flush_burst: int = 2,
+    flush_burst: int = SERVING_BURST,
     config: ServiceConfig | None = None,
     cors_origins: tuple[str, ...] = ("*",),
     authenticator: Authenticator | None = None,
