@@ -201,7 +201,7 @@ class Metered:
 def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, principal: str) -> None:
     """A finished run of ``n`` chunks (10 per append) and a checkpoint of about ``state_bytes``."""
     from durable_harness.messages import AssistantMessage, TextPart, UserMessage
-    from durable_harness.ports import Checkpoint
+    from durable_harness.ports import StoredRun
     from durable_harness.runner.state import RunState, StreamContext
 
     stack = metered.stack
@@ -217,7 +217,7 @@ def build_finished_run(metered: Metered, run_id: str, n: int, state_bytes: int, 
     from durable_harness.aws import DynamoCheckpointStore
 
     store = DynamoCheckpointStore(table, client=stack.client("dynamodb"), s3_client=stack.client("s3"), bucket=bucket)
-    store.create(Checkpoint(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished",
+    store.create(StoredRun(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished",
                             principal=principal))  # fmt: skip
     from _common import log_generation, put_log_direct  # the items of the incarnation the record's creation made
 

@@ -28,7 +28,7 @@ from typing import Any
 from _common import PRICES, MotoAws, Request, RequestMeter, machine, scripted_tool_agent, table, user_turn
 from _targets import CHECKPOINT_BYTES_RATIO, report
 from durable_harness.errors import HarnessError
-from durable_harness.ports import Checkpoint, CheckpointStore
+from durable_harness.ports import CheckpointStore, StoredRun
 from durable_harness.runner.runner import Runner
 from durable_harness.storage.memory import MemoryChunkLog
 
@@ -75,19 +75,19 @@ class RecordingStore:
         finally:
             self.steps[-1].requests += self.meter.requests[before:]
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+    def create(self, checkpoint: StoredRun) -> StoredRun:
         return self._call(self.inner.create, checkpoint)
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         return self._call(self.inner.load, run_id)
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def claim(self, run_id: str, expected_version: int) -> StoredRun:
         return self._call(self.inner.claim, run_id, expected_version)
 
     def version(self, run_id: str) -> int:
         return self._call(self.inner.version, run_id)
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+    def save(self, checkpoint: StoredRun, expected_version: int) -> StoredRun:
         state = json.loads(checkpoint.state)
         turn = state.get("turn") or {}
         if checkpoint.status != "ready_for_next_step":

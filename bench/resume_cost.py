@@ -33,7 +33,7 @@ from typing import Any
 
 from _common import TABLE, MotoAws, RequestMeter, busy_ms, log_generation, machine, median, table, text_delta, verdict
 from durable_harness.messages import AssistantMessage, TextPart, UserMessage
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState, StreamContext
 from durable_harness.server.resume import stream_start
@@ -115,7 +115,7 @@ def build_deployed_log(aws: MotoAws, run_id: str, n: int, segment: int, bursts: 
                      turn={"messages": [m.model_dump(mode="json") for m in history]},
                      stream=StreamContext(chunk_count=n))  # fmt: skip
     aws.store(ddb, s3).create(
-        Checkpoint(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished", principal="bench")
+        StoredRun(run_id=run_id, state=state.model_dump_json(by_alias=True), status="finished", principal="bench")
     )
     count = n - sum(bursts) if bursts else (n - 1) // segment * segment
     aws.put_log_direct(run_id, [text_delta(i) for i in range(count)], segment, gen=log_generation(ddb, TABLE, run_id))

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
-from durable_harness.ports import Checkpoint, CheckpointStore, ChunkLog
+from durable_harness.ports import CheckpointStore, ChunkLog, StoredRun
 from durable_harness.protocol.assemble import assemble_ui_message
 from durable_harness.protocol.sse import SSEParser
 from durable_harness.server.app import ChatApp
@@ -66,26 +66,26 @@ class CrashingStore:
     or on the first save of a record for which ``crash_when`` is true."""
 
     def __init__(
-        self, inner: CheckpointStore, crash_on: int = 0, crash_when: Callable[[Checkpoint], bool] | None = None
+        self, inner: CheckpointStore, crash_on: int = 0, crash_when: Callable[[StoredRun], bool] | None = None
     ) -> None:
         self.inner = inner
         self.crash_on = crash_on
         self.crash_when = crash_when
         self.saves = 0
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+    def create(self, checkpoint: StoredRun) -> StoredRun:
         return self.inner.create(checkpoint)
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         return self.inner.load(run_id)
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def claim(self, run_id: str, expected_version: int) -> StoredRun:
         return self.inner.claim(run_id, expected_version)
 
     def version(self, run_id: str) -> int:
         return self.inner.version(run_id)
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+    def save(self, checkpoint: StoredRun, expected_version: int) -> StoredRun:
         self.saves += 1
         if self.saves == self.crash_on or (self.crash_when is not None and self.crash_when(checkpoint)):
             self.crash_when = None

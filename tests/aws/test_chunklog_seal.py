@@ -11,7 +11,7 @@ from durable_harness.aws import DynamoCheckpointStore
 from durable_harness.aws.chunklog.log import record_segment
 from durable_harness.errors import FatalError, FencedError, FormatVersionError, StorageError
 from durable_harness.ids import new_run_id
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 
 from tests.aws.conftest import BUCKET, TABLE, Fault, RequestCounter, new_log, set_format
 
@@ -69,7 +69,7 @@ def every_read(ddb: Any, s3: Any, run_id: str, expected: list[str]) -> None:
 def created(ddb: Any) -> str:
     """A run created as deployed: its record and the empty log of its incarnation."""
     run_id = new_run_id()
-    DynamoCheckpointStore(TABLE, client=ddb).create(Checkpoint(run_id=run_id, state="{}", status="running"))
+    DynamoCheckpointStore(TABLE, client=ddb).create(StoredRun(run_id=run_id, state="{}", status="running"))
     return run_id
 
 

@@ -14,7 +14,7 @@ import botocore
 import pytest
 from durable_harness.aws import clients, runtime
 from durable_harness.aws.clients import LazyClient, make_client
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 from durable_harness.runner.state import RunState
 
 from tests.aws.conftest import BUCKET, REGION, TABLE
@@ -101,7 +101,7 @@ def test_the_runtime_makes_only_the_dynamodb_client_until_another_is_used(
     built.events.publish(state, "Run Started")  # moto's EventBridge accepts both
     built.events.publish(state, "Run Finished")
     assert services.count("events") == 1  # made by the first publish, then kept
-    built.store.create(Checkpoint(run_id=state.run_id, state="{}", status="running"))
+    built.store.create(StoredRun(run_id=state.run_id, state="{}", status="running"))
     assert services.count("dynamodb") == 1 and "stepfunctions" not in services
     built.orchestrator.cancel(state.run_id)  # no execution to stop, but it asks Step Functions
     assert services.count("stepfunctions") == 1
@@ -186,5 +186,9 @@ def test_a_functions_root_gives_the_core_lite_clients_for_the_bedrock_model_and_
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == [
-        "durable_harness.aws.lite.bedrock", 1, 600.0, "SecretsManagerClient", []
+        "durable_harness.aws.lite.bedrock",
+        1,
+        600.0,
+        "SecretsManagerClient",
+        [],
     ]

@@ -17,15 +17,15 @@ from durable_harness.errors import (
     RunNotFoundError,
     StorageError,
 )
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 
 from tests.aws.conftest import BUCKET, TABLE, Fault, RequestCounter, set_format
 
 DAY = 86400
 
 
-def record(run_id: str = "run-1", state: str = '{"step":0}', **fields: Any) -> Checkpoint:
-    return Checkpoint(run_id=run_id, state=state, status=fields.pop("status", "not_started"), **fields)
+def record(run_id: str = "run-1", state: str = '{"step":0}', **fields: Any) -> StoredRun:
+    return StoredRun(run_id=run_id, state=state, status=fields.pop("status", "not_started"), **fields)
 
 
 def item(ddb: Any, run_id: str = "run-1") -> dict[str, Any]:

@@ -13,7 +13,7 @@ from durable_harness.aws import DynamoCheckpointStore, DynamoChunkLog, StepFunct
 from durable_harness.aws.stepfunctions import ExecutionNameTakenError, execution_name
 from durable_harness.errors import FencedError, RetryableError, RunExistsError, RunNotFoundError, StorageError
 from durable_harness.ids import new_run_id
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 
 from tests.aws.conftest import BUCKET, REGION, TABLE, Fault, RequestCounter
 from tests.aws.test_stepfunctions import ASL, executions
@@ -31,8 +31,8 @@ class Clock:
         return self.now
 
 
-def record(run_id: str, state: str = "{}") -> Checkpoint:
-    return Checkpoint(run_id=run_id, state=state, status="not_started")
+def record(run_id: str, state: str = "{}") -> StoredRun:
+    return StoredRun(run_id=run_id, state=state, status="not_started")
 
 
 def items(ddb: Any, run_id: str) -> dict[str, dict[str, Any]]:

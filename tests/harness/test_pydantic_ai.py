@@ -20,7 +20,7 @@ pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is part of the 
 from durable_harness.approvals import sign_tool_approval
 from durable_harness.harness import PydanticAIHarness, StartTurn
 from durable_harness.messages import TextPart, UserMessage
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol.assemble import UIMessageAssembler
 from durable_harness.runner import Runner
@@ -125,7 +125,7 @@ class CrashingSave(MemoryCheckpointStore):
         super().__init__()
         self.when, self.crashed = when, False
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+    def save(self, checkpoint: StoredRun, expected_version: int) -> StoredRun:
         if not self.crashed and self.when(json.loads(checkpoint.state).get("turn")):
             self.crashed = True
             raise SimulatedCrash("the slice died before this checkpoint")

@@ -35,7 +35,7 @@ from durable_harness.errors import HarnessError
 from durable_harness.messages import ModelMessage, TextPart, UserMessage
 from durable_harness.models.base import ModelStreamPart
 from durable_harness.models.scripted import ScriptedModel, text_step, tool_calls_step
-from durable_harness.ports import Checkpoint, CheckpointStore, ChunkLog
+from durable_harness.ports import CheckpointStore, ChunkLog, StoredRun
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.runner import Runner
 from pydantic import BaseModel
@@ -233,20 +233,20 @@ class PlannedStore:
     def __init__(self, inner: CheckpointStore, plan: CrashPlan, timeline: Timeline | None = None) -> None:
         self.inner, self.plan, self.timeline = inner, plan, timeline
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+    def create(self, checkpoint: StoredRun) -> StoredRun:
         return self.inner.create(checkpoint)
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         return self.plan.around("store.load", lambda: self.inner.load(run_id))
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def claim(self, run_id: str, expected_version: int) -> StoredRun:
         return self.plan.around("store.claim", lambda: self.inner.claim(run_id, expected_version))
 
     def version(self, run_id: str) -> int:
         return self.plan.around("store.version", lambda: self.inner.version(run_id))
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
-        def save() -> Checkpoint:
+    def save(self, checkpoint: StoredRun, expected_version: int) -> StoredRun:
+        def save() -> StoredRun:
             saved = self.inner.save(checkpoint, expected_version)
             if self.timeline is not None:  # committed: a crash right after it cannot undo it
                 self.timeline.checkpointed(checkpoint.state)

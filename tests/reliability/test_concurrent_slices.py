@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from durable_harness.errors import FencedError
-from durable_harness.ports import Checkpoint, CheckpointStore, ChunkLog
+from durable_harness.ports import CheckpointStore, ChunkLog, StoredRun
 from durable_harness.runner import Runner
 from durable_harness.runner.state import RunState
 
@@ -115,10 +115,10 @@ class TracedStore:
     def __init__(self, inner: CheckpointStore, slice_name: str, tracer: Tracer) -> None:
         self.inner, self.name, self.tracer = inner, slice_name, tracer
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+    def create(self, checkpoint: StoredRun) -> StoredRun:
         return self.inner.create(checkpoint)
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         self.tracer.before(self.name)
         try:
             cp = self.inner.load(run_id)
@@ -127,7 +127,7 @@ class TracedStore:
         finally:
             self.tracer.after(self.name, "load")
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def claim(self, run_id: str, expected_version: int) -> StoredRun:
         self.tracer.before(self.name)
         try:
             cp = self.inner.claim(run_id, expected_version)
@@ -144,7 +144,7 @@ class TracedStore:
         finally:
             self.tracer.after(self.name, "version")
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+    def save(self, checkpoint: StoredRun, expected_version: int) -> StoredRun:
         self.tracer.before(self.name)
         try:
             cp = self.inner.save(checkpoint, expected_version)

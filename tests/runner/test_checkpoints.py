@@ -12,7 +12,7 @@ from durable_harness import Agent
 from durable_harness.errors import FencedError
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.models.scripted import FunctionModel, ScriptedModel, text_step, tool_calls_step
-from durable_harness.ports import Checkpoint, CheckpointStore
+from durable_harness.ports import CheckpointStore, StoredRun
 from durable_harness.runner import Runner
 from durable_harness.storage.memory import MemoryCheckpointStore, MemoryChunkLog
 from durable_harness.tools import tool
@@ -33,19 +33,19 @@ class SeenStore:
         self.turns: list[dict[str, Any]] = []
         self.wrote = threading.Condition()
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+    def create(self, checkpoint: StoredRun) -> StoredRun:
         return self.inner.create(checkpoint)
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         return self.inner.load(run_id)
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def claim(self, run_id: str, expected_version: int) -> StoredRun:
         return self.inner.claim(run_id, expected_version)
 
     def version(self, run_id: str) -> int:
         return self.inner.version(run_id)
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+    def save(self, checkpoint: StoredRun, expected_version: int) -> StoredRun:
         saved = self.inner.save(checkpoint, expected_version)
         with self.wrote:
             self.turns.append(json.loads(checkpoint.state)["turn"] or {})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 from durable_harness.demo import build_demo_agent
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 from durable_harness.server.local import build_local_kit
 from durable_harness.server.service import ServiceConfig
 
@@ -41,7 +41,7 @@ def test_a_new_runs_stream_reads_its_log_only_once_chunks_were_committed(tmp_pat
         looked.set()
         return chunks
 
-    def late_claim(run_id: str, version: int) -> Checkpoint:
+    def late_claim(run_id: str, version: int) -> StoredRun:
         # The slice waits (a bounded 2 s) for a read of the log: one made now would find it empty.
         looked.wait(timeout=2)
         return claim(run_id, version)

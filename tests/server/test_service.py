@@ -9,7 +9,7 @@ import pytest
 from durable_harness.demo import build_demo_agent
 from durable_harness.errors import InvalidRequestError, RunNotFoundError
 from durable_harness.messages import TextPart, UserMessage
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState, StreamContext
 from durable_harness.server import service as service_module
@@ -25,7 +25,7 @@ class LoadCountingStore(MemoryCheckpointStore):
 
     loads = 0
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         self.loads += 1
         return super().load(run_id)
 
@@ -56,7 +56,7 @@ def end_run(store: MemoryCheckpointStore, run_id: str, total: int) -> None:
     cp = store.load(run_id)
     state = RunState.model_validate_json(cp.state)
     state.status, state.stream = "finished", StreamContext(chunk_count=total)
-    store.save(Checkpoint(run_id, state.model_dump_json(), state.status, principal=cp.principal), cp.version)
+    store.save(StoredRun(run_id, state.model_dump_json(), state.status, principal=cp.principal), cp.version)
 
 
 async def test_a_live_run_resumes_from_the_tail_or_any_index_without_loading_its_state() -> None:
@@ -214,7 +214,7 @@ async def test_a_held_run_is_read_as_signalled_and_looked_at_once_its_writer_her
             break
         await asyncio.sleep(0.01)
     assert got == [delta(0), delta(1)]
-    assert reads[len(first):] == [(0, 2)]  # exactly what was committed (a cached read when deployed)
+    assert reads[len(first) :] == [(0, 2)]  # exactly what was committed (a cached read when deployed)
     # Another writer (a slice that took over, or a cancel) appends; nothing tells this process...
     log.append(run_id, 2, [delta(2), FINISH], 2)
     await asyncio.sleep(0.05)

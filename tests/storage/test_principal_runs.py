@@ -13,7 +13,7 @@ import boto3
 import pytest
 from durable_harness.aws import DynamoCheckpointStore
 from durable_harness.ids import new_run_id
-from durable_harness.ports import Checkpoint, ListQuery, PrincipalRuns, RunListing
+from durable_harness.ports import ListQuery, PrincipalRuns, RunListing, StoredRun
 from durable_harness.storage import SqliteCheckpointStore
 from moto import mock_aws
 
@@ -46,7 +46,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
 
 def create(store: Any, principal: str | None, *, status: str = "finished", chat: str | None = "c1") -> str:
     run_id = new_run_id()
-    store.create(Checkpoint(run_id, '{"step":0}', status, principal=principal, chat_id=chat, meta={"agent": "a:b"}))
+    store.create(StoredRun(run_id, '{"step":0}', status, principal=principal, chat_id=chat, meta={"agent": "a:b"}))
     return run_id
 
 
@@ -79,7 +79,7 @@ def test_another_principals_runs_are_never_listed(store: Any) -> None:
     alice = {create(store, "alice") for _ in range(3)}
     bob = [create(store, "bob") for _ in range(4)]
     create(store, None)  # an event-triggered run that named no principal belongs to nobody's list
-    store.create(Checkpoint("ledger:xyz", "{}", "finished", principal="alice"))  # not a run (the approval ledger's)
+    store.create(StoredRun("ledger:xyz", "{}", "finished", principal="alice"))  # not a run (the approval ledger's)
     assert {r.run_id for r in all_pages(store, "alice", 2)[0]} == alice
     assert [r.run_id for r in all_pages(store, "bob", 10)[0]] == bob[::-1]
     assert store.runs_of("carol", ListQuery(limit=5)) == ([], None)
@@ -106,7 +106,7 @@ def test_filters_by_status_and_chat(store: Any) -> None:
 def test_a_saved_status_is_what_the_list_shows(store: Any) -> None:
     run_id = create(store, "alice", status="not_started")
     record = store.load(run_id)
-    store.save(Checkpoint(run_id, '{"step":1}', "failed", principal="alice", chat_id="c1"), record.version)
+    store.save(StoredRun(run_id, '{"step":1}', "failed", principal="alice", chat_id="c1"), record.version)
     assert [(r.run_id, r.status) for r in store.runs_of("alice", ListQuery(limit=5))[0]] == [(run_id, "failed")]
     assert store.runs_of("alice", ListQuery(limit=5, statuses=frozenset({"not_started"})))[0] == []
 

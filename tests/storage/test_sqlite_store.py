@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from durable_harness.errors import FatalError, FencedError, FormatVersionError, StorageError
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 from durable_harness.storage import SqliteCheckpointStore
 
 
-def record(run_id: str, chat_id: str | None = None) -> Checkpoint:
-    return Checkpoint(run_id=run_id, state="{}", status="not_started", chat_id=chat_id)
+def record(run_id: str, chat_id: str | None = None) -> StoredRun:
+    return StoredRun(run_id=run_id, state="{}", status="not_started", chat_id=chat_id)
 
 
 def test_uses_wal_and_persists_across_instances(tmp_path: Path) -> None:
@@ -151,9 +151,9 @@ def history(steps: int) -> str:
 
 def test_each_save_of_a_growing_state_writes_only_what_it_added(tmp_path: Path) -> None:
     with SqliteCheckpointStore(tmp_path / "runs.sqlite3") as store:
-        version = store.create(Checkpoint(run_id="run-1", state=history(1), status="not_started")).version
+        version = store.create(StoredRun(run_id="run-1", state=history(1), status="not_started")).version
         for step in range(2, 41):
-            version = store.save(Checkpoint(run_id="run-1", state=history(step), status="x"), version).version
+            version = store.save(StoredRun(run_id="run-1", state=history(step), status="x"), version).version
         conn = sqlite3.connect(tmp_path / "runs.sqlite3")
         try:
             sizes = [n for (n,) in conn.execute("SELECT length(body) FROM run_records ORDER BY seq")]

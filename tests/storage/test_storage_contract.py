@@ -11,10 +11,10 @@ import pytest
 from durable_harness.errors import FencedError, LogConflictError, RunExistsError, RunNotFoundError
 from durable_harness.ports import (
     ChatRuns,
-    Checkpoint,
     CheckpointStore,
     ChunkLog,
     RunSummary,
+    StoredRun,
     SummaryReader,
     TailReader,
 )
@@ -50,10 +50,10 @@ def log(request: pytest.FixtureRequest, tmp_path: Path) -> ChunkLog:
     return LOGS[request.param](tmp_path)
 
 
-def record(run_id: str = "run-1", **fields: object) -> Checkpoint:
+def record(run_id: str = "run-1", **fields: object) -> StoredRun:
     base: dict[str, object] = {"run_id": run_id, "state": '{"step":0}', "status": "not_started"}
     base.update(fields)
-    return Checkpoint(**base)  # type: ignore[arg-type]
+    return StoredRun(**base)  # type: ignore[arg-type]
 
 
 def chunks(first: int, n: int) -> list[str]:
@@ -72,7 +72,7 @@ def test_create_starts_at_version_1_epoch_0_and_load_returns_it(store: Checkpoin
     given = record(version=7, epoch=3, principal="alice", chat_id="chat-1", meta={"origin": "chat"})
     created = store.create(given)
     assert (created.version, created.epoch) == (1, 0)
-    assert created == Checkpoint(
+    assert created == StoredRun(
         run_id="run-1",
         state='{"step":0}',
         status="not_started",

@@ -24,7 +24,7 @@ from typing import Any
 
 from .approvals import canonical_json
 from .errors import FencedError, InvalidRequestError, RunExistsError, RunNotFoundError
-from .ports import Checkpoint, CheckpointStore
+from .ports import CheckpointStore, StoredRun
 
 
 def approval_key(
@@ -50,7 +50,7 @@ class ApprovalLedger:
 
     def issue(self, key: str, run_id: str) -> None:
         """Record that ``run_id`` asked for this approval (idempotent for the same run)."""
-        record = Checkpoint(run_id=key, state=_state(run_id, None), status="issued")
+        record = StoredRun(run_id=key, state=_state(run_id, None), status="issued")
         try:
             self.store.create(record)
         except RunExistsError:
@@ -59,7 +59,7 @@ class ApprovalLedger:
             if answered_by is not None and issued_by != run_id:
                 # The same call asked again later in the same message: a fresh request.
                 self.store.save(
-                    Checkpoint(run_id=key, state=_state(run_id, None), status="issued", version=current.version),
+                    StoredRun(run_id=key, state=_state(run_id, None), status="issued", version=current.version),
                     current.version,
                 )
 
@@ -69,13 +69,13 @@ class ApprovalLedger:
         state = json.dumps({"pausedRun": run_id})
         for _ in range(5):
             try:
-                self.store.create(Checkpoint(run_id=key, state=state, status="paused"))
+                self.store.create(StoredRun(run_id=key, state=state, status="paused"))
                 return
             except RunExistsError:
                 pass
             current = self.store.load(key)
             try:
-                self.store.save(Checkpoint(run_id=key, state=state, status="paused", version=current.version),
+                self.store.save(StoredRun(run_id=key, state=state, status="paused", version=current.version),
                                 current.version)  # fmt: skip
                 return
             except FencedError:
@@ -111,7 +111,7 @@ class ApprovalLedger:
                 raise InvalidRequestError(
                     f"This approval was already answered (by run {answered_by}).", code="already_answered", status=409
                 )
-            record = Checkpoint(run_id=key, state=_state(issued_by, run_id), status="answered", version=current.version)
+            record = StoredRun(run_id=key, state=_state(issued_by, run_id), status="answered", version=current.version)
             try:
                 self.store.save(record, current.version)
                 return issued_by
@@ -124,6 +124,6 @@ def _state(issued_by: str | None, answered_by: str | None) -> str:
     return json.dumps({"issuedBy": issued_by, "answeredBy": answered_by})
 
 
-def _read(record: Checkpoint) -> tuple[str | None, str | None]:
+def _read(record: StoredRun) -> tuple[str | None, str | None]:
     data = json.loads(record.state)
     return data.get("issuedBy"), data.get("answeredBy")

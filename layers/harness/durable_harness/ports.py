@@ -20,8 +20,9 @@ from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
-class Checkpoint:
-    """One stored run record: the serialized run state plus its fencing counters.
+class StoredRun:
+    """One stored run record: the serialized run state plus its fencing counters (what a
+    :class:`CheckpointStore` keeps; a harness's slice point is :class:`durable_harness.harness.Checkpoint`).
 
     ``state`` is the JSON text of the run state; stores treat it as opaque. ``status``,
     ``principal`` and ``chat_id`` are copied out of it so that stores can index them. ``value``,
@@ -44,15 +45,15 @@ class Checkpoint:
 class CheckpointStore(Protocol):
     """Durable, fenced storage of run records."""
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+    def create(self, checkpoint: StoredRun) -> StoredRun:
         """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
         ...
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         """The newest record of a run (strongly consistent). Raises ``RunNotFoundError``."""
         ...
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def claim(self, run_id: str, expected_version: int) -> StoredRun:
         """Bump the epoch (and version) if the version is still ``expected_version``.
 
         Returns the claimed record; its ``epoch`` is the caller's fencing token for the chunk
@@ -60,7 +61,7 @@ class CheckpointStore(Protocol):
         """
         ...
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+    def save(self, checkpoint: StoredRun, expected_version: int) -> StoredRun:
         """Replace the record if its version is still ``expected_version``; returns the new record
         (version + 1, epoch unchanged). Raises ``FencedError`` otherwise; nothing is written.
 

@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from .approvals import ApprovalSecret
 from .errors import InvalidRequestError, RunExistsError, RunNotFoundError, ToolError
-from .ports import Checkpoint, CheckpointStore
+from .ports import CheckpointStore, StoredRun
 
 MAX_EVENT_BYTES = 256 * 1024
 """The largest event payload accepted (its JSON text, in bytes)."""
@@ -171,7 +171,7 @@ class EventBook:
         delivery = Delivery(run_id, name, payload, outcome, time.time(), via)
         body = {"runId": run_id, "name": name, "payload": payload, "outcome": outcome,
                 "deliveredAt": delivery.delivered_at, "via": via}  # fmt: skip
-        record = Checkpoint(run_id=event_record_id(run_id, name), state=json.dumps(body), status="delivered",
+        record = StoredRun(run_id=event_record_id(run_id, name), state=json.dumps(body), status="delivered",
                             meta={EVENT_RUN_META: run_id, "outcome": outcome})  # fmt: skip
         try:
             self.store.create(record)

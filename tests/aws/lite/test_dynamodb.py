@@ -15,7 +15,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from durable_harness.aws import DynamoCheckpointStore
-from durable_harness.ports import Checkpoint
+from durable_harness.ports import StoredRun
 
 from tests.aws.lite.conftest import REGION
 from tests.motoserver import create_runs_table
@@ -161,8 +161,8 @@ def test_a_compressed_checkpoint_record_round_trips_through_the_lite_client(pair
     def state(steps: int) -> str:
         return json.dumps({"history": [f"{i}:" + "x" * 1_300 for i in range(steps)]}, separators=(",", ":"))
 
-    first = store.create(Checkpoint(run_id="run-1", state=state(1), status="running", version=0))
-    saved = store.save(Checkpoint(run_id="run-1", state=state(2), status="running", version=0), first.version)
+    first = store.create(StoredRun(run_id="run-1", state=state(1), status="running", version=0))
+    saved = store.save(StoredRun(run_id="run-1", state=state(2), status="running", version=0), first.version)
     record = boto.get_item(TableName=B, Key={"pk": {"S": "run-1"}, "sk": {"S": "run#00000002"}})["Item"]
     assert set(record["body"]) == {"B"}
     assert DynamoCheckpointStore(B, client=lite_ddb).load("run-1") == saved

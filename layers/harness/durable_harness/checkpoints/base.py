@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 from ..errors import FencedError, RunNotFoundError
 from ..lru import LRU
-from ..ports import Checkpoint
+from ..ports import StoredRun
 from .records import Folded, Plan, parse, plan_create, plan_save, utf8_bytes
 
 __all__ = ["BaseCheckpointStore", "Current", "VersionConflict", "handed_out"]
 
 
-def handed_out(record: Checkpoint, **changes: Any) -> Checkpoint:
+def handed_out(record: StoredRun, **changes: Any) -> StoredRun:
     """A copy of ``record`` (with ``changes``) sharing nothing mutable: ``meta`` is a dict inside a
     frozen dataclass, and the writer's ``value`` belongs to one state only."""
     return replace(record, meta=dict(record.meta), value=None, **changes)
@@ -33,7 +33,7 @@ def handed_out(record: Checkpoint, **changes: Any) -> Checkpoint:
 class Current:
     """A run's head at one version, as a store read or wrote it (a version never changes)."""
 
-    record: Checkpoint
+    record: StoredRun
     """The head's fields (its ``state`` may be the text as saved; ``folded.text`` is as loaded)."""
     folded: Folded
     """The state at this version: the base of the next save's delta."""
@@ -71,20 +71,20 @@ class BaseCheckpointStore(ABC):
         """Start with no head known."""
         self._known: LRU[str, Current] = LRU(self.cache_runs)
 
-    def create(self, checkpoint: Checkpoint) -> Checkpoint:
+    def create(self, checkpoint: StoredRun) -> StoredRun:
         """Store a new run record at version 1, epoch 0. Raises ``RunExistsError``."""
         first, plan = self._first(checkpoint)
         self._remember(self._create(first, plan))
         return handed_out(first.record)
 
-    def claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def claim(self, run_id: str, expected_version: int) -> StoredRun:
         """Bump epoch and version if the version is still ``expected_version``."""
         try:
             return handed_out(self._claim(run_id, expected_version))
         except VersionConflict as conflict:
             raise self._lost(run_id, "claim", expected_version, conflict.found) from None
 
-    def save(self, checkpoint: Checkpoint, expected_version: int) -> Checkpoint:
+    def save(self, checkpoint: StoredRun, expected_version: int) -> StoredRun:
         """Write what changed since ``expected_version`` if the version is still that (version + 1)."""
         try:
             with self._current(checkpoint.run_id, expected_version) as current:
@@ -101,7 +101,7 @@ class BaseCheckpointStore(ABC):
         return handed_out(after.record)
 
     @staticmethod
-    def _first(checkpoint: Checkpoint) -> tuple[Current, Plan]:
+    def _first(checkpoint: StoredRun) -> tuple[Current, Plan]:
         """A new run's head, at version 1 and epoch 0, and how its state is stored (inline, or record 1)."""
         record = handed_out(checkpoint, version=1, epoch=0)
         plan = plan_create(record.state)
@@ -131,7 +131,7 @@ class BaseCheckpointStore(ABC):
         """Write the new head ``first`` (and record 1, per ``plan``) or raise ``RunExistsError``."""
 
     @abstractmethod
-    def _claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def _claim(self, run_id: str, expected_version: int) -> StoredRun:
         """Bump epoch and version, conditional on the version; the record as claimed."""
 
     @abstractmethod

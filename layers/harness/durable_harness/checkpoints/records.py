@@ -21,7 +21,7 @@ size of what was added, not of the history: no write grows with the length of th
 that is not a JSON object or array, or whose delta would not be smaller, is written ``full``.
 
 A writer that knows the JSON value of the state it saves hands it over with the text
-(``Checkpoint.value``), so the store diffs it without parsing the text. Its unchanged history can
+(``StoredRun.value``), so the store diffs it without parsing the text. Its unchanged history can
 be made of **sealed** parts (:func:`~durable_harness.sealed.seal`: a JSON object or array whose
 compact text is known and which nobody changes again): :func:`encode` writes their text as it is,
 and :func:`diff` passes over a part that is the same object in both states without looking inside.
@@ -320,7 +320,7 @@ def plan_save(current: Folded, new_text: str, *, seq: int, base_bytes: int, valu
 
     ``seq`` is the head's record count, ``base_bytes`` the size of its inline base (0 for none):
     a ``full`` record supersedes the base, which the head then drops. ``value``: the JSON value of
-    ``new_text`` when the writer has it (``Checkpoint.value``; never changed afterwards), else None
+    ``new_text`` when the writer has it (``StoredRun.value``; never changed afterwards), else None
     and the text is parsed.
     """
     new = Folded(new_text, value if isinstance(value, dict | list) else parse(new_text))

@@ -5,7 +5,7 @@ messages and step summaries), the runner's step marks and chunk times, and the s
 tool calls. Serializing all of it at every step, and having the store parse and compare it, made a
 step cost more the longer the run. :class:`StateEncoder` keeps, for one slice, the JSON of every
 history item it has seen, as sealed parts (:func:`~durable_harness.sealed.seal`): an item
-is serialized once, and a checkpoint's text and value (``Checkpoint.value``) are assembled from
+is serialized once, and a checkpoint's text and value (``StoredRun.value``) are assembled from
 them, the store diffing the value by identity. The text is the one ``model_dump_json`` writes, up to
 how numbers are spelled; the value is equal to it.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..checkpoints.records import encode_into
-from ..ports import Checkpoint
+from ..ports import StoredRun
 from ..protocol.translate import ToolCallInfo, TranslatorState
 from ..sealed import SealedDict, SealedList, dumps, leading, seal
 from .state import RunState, checkpoint_of
@@ -66,7 +66,7 @@ class StateEncoder:
         self._slice_times = _Sealed(list)
         self._tool_calls = _Entries()
 
-    def checkpoint(self, state: RunState, previous: Checkpoint | None = None) -> Checkpoint:
+    def checkpoint(self, state: RunState, previous: StoredRun | None = None) -> StoredRun:
         """:func:`~durable_harness.runner.state.checkpoint_of` ``state``, with its JSON value."""
         text, value = self.encode(state)
         return checkpoint_of(state, previous, text=text, value=value)

@@ -20,7 +20,7 @@ from ..chunks.writer import ChunkWriter
 from ..errors import FatalError, FencedError, LogConflictError
 from ..harness import interface as hi
 from ..ledger import ApprovalLedger, approval_key
-from ..ports import Checkpoint, CheckpointStore, ChunkLog
+from ..ports import CheckpointStore, ChunkLog, StoredRun
 from ..protocol.translate import StreamTranslator
 from ..protocol.ui_chunks import ErrorChunk, FinishChunk, UIMessageChunk, encode_ui_chunk
 from .progress import SliceProgress
@@ -186,7 +186,7 @@ class RunEndings:
             self.ledger.issue(key, state.run_id)
         self.ledger.pause(state.principal, state.message_id, state.run_id)
 
-    async def _complete_tail(self, cp: Checkpoint, state: RunState) -> None:
+    async def _complete_tail(self, cp: StoredRun, state: RunState) -> None:
         """Append terminal chunks that a crash kept out of the log (after the terminal checkpoint)."""
         run_id, (expected, final) = state.run_id, (state.stream.chunk_count, state.stream.final_chunks)
         base, version = expected - len(final), cp.version

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..chunks.writer import ChunkWriter
 from ..errors import FencedError
-from ..ports import Checkpoint, CheckpointStore
+from ..ports import CheckpointStore, StoredRun
 from ..protocol.translate import StreamTranslator
 from .encoding import StateEncoder
 from .state import RunState, StreamContext
@@ -32,7 +32,7 @@ class SliceProgress:
     def __init__(
         self,
         store: CheckpointStore,
-        cp: Checkpoint,
+        cp: StoredRun,
         state: RunState,
         translator: StreamTranslator,
         writer: ChunkWriter,
@@ -111,17 +111,17 @@ class SliceProgress:
         # Every chunk written so far belongs to this state: the write flushes them first.
         state.stream = StreamContext(translator=self.translator.state, chunk_count=self.writer.end)
 
-    def _snapshot(self, turn: Any) -> Checkpoint:
+    def _snapshot(self, turn: Any) -> StoredRun:
         self._prepare(turn)
         return self._encoder.checkpoint(self.state, self.cp)
 
-    async def _write_later(self, record: Checkpoint) -> None:
+    async def _write_later(self, record: StoredRun) -> None:
         assert self.grace is not None
         await asyncio.sleep(self.grace)
         self._writing = True
         await self._write(record)
 
-    async def _write(self, record: Checkpoint) -> None:
+    async def _write(self, record: StoredRun) -> None:
         # The chunks first, then the record that covers them, in one worker trip (no pacing wait).
         expected = self.cp.version
         self.cp = await self.writer.flush_then(lambda: self.store.save(record, expected))

@@ -31,7 +31,7 @@ from ..harness import interface as hi
 from ..ids import new_id, new_run_id
 from ..ledger import ApprovalLedger
 from ..messages import ModelMessage
-from ..ports import Checkpoint, CheckpointStore, ChunkLog
+from ..ports import CheckpointStore, ChunkLog, StoredRun
 from ..protocol import harness_parts as hp
 from ..protocol.translate import StreamTranslator
 from ..protocol.ui_chunks import (
@@ -355,7 +355,7 @@ class Runner(RunEndings):
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _begin_slice(self, run_id: str) -> tuple[Checkpoint, RunState, int | None, StreamTranslator, int]:
+    def _begin_slice(self, run_id: str) -> tuple[StoredRun, RunState, int | None, StreamTranslator, int]:
         """Load the run and, unless it is terminal (count ``None``), claim it and open its log:
         one trip to a worker thread for the storage calls a slice starts with. Returns the
         checkpoint, the state, the log's count, the slice's translator and how many chunks past

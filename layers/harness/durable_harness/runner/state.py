@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import OtherAgentError
 from ..messages import ModelMessage
-from ..ports import AGENT_META, Checkpoint
+from ..ports import AGENT_META, StoredRun
 from ..ports import TERMINAL_STATUSES as TERMINAL_STATUSES  # (defined in ports, with the other statuses)
 from ..protocol.translate import TranslatorState
 
@@ -143,12 +143,12 @@ class RunState(BaseModel):
 
 
 def checkpoint_of(
-    state: RunState, previous: Checkpoint | None = None, *, text: str | None = None, value: Any = None
-) -> Checkpoint:
+    state: RunState, previous: StoredRun | None = None, *, text: str | None = None, value: Any = None
+) -> StoredRun:
     """The store record of ``state`` (keeping the fencing counters of ``previous``); ``text`` and
     ``value``: its JSON and JSON value, when the caller has them
     (:class:`~durable_harness.runner.encoding.StateEncoder`)."""
-    return Checkpoint(
+    return StoredRun(
         run_id=state.run_id,
         state=state.model_dump_json(by_alias=True) if text is None else text,
         value=value,
@@ -178,7 +178,7 @@ ENDED_WITHOUT_LAMBDA = "The run failed because of an internal error (its worker 
 """The error of a run the state machine ended itself (statemachine/run.asl.json, EndWithoutLambda)."""
 
 
-def state_of(cp: Checkpoint) -> RunState:
+def state_of(cp: StoredRun) -> RunState:
     """The run state a checkpoint holds, with its record's ``failed`` status winning.
 
     The state machine's failure path without Lambda (``EndWithoutLambda``) can write the record's

@@ -28,7 +28,7 @@ from ..errors import (
 )
 from ..ids import derived_run_id, new_id, new_run_id
 from ..messages import ModelMessage, ToolApprovalResponsePart, ToolMessage
-from ..ports import Checkpoint, CommitCadence, LeasedStart, Orchestrator, RunSummary, read_summary
+from ..ports import CommitCadence, LeasedStart, Orchestrator, RunSummary, StoredRun, read_summary
 from ..protocol.ui_chunks import FINISH_PREFIX
 from ..protocol.ui_messages import UIMessage, convert_to_model_messages, parse_ui_messages
 from ..runner.continuation import pending_answers
@@ -174,7 +174,7 @@ class ChatService:
         """
         return (await self._record(run_id, principal))[1]
 
-    async def _record(self, run_id: str, principal: str | None) -> tuple[Checkpoint, RunState]:
+    async def _record(self, run_id: str, principal: str | None) -> tuple[StoredRun, RunState]:
         """The run's record and state, under :meth:`load`'s visibility rule."""
         cp = await asyncio.to_thread(self.runner.store.load, run_id)
         state = state_of(cp)

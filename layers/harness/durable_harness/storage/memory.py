@@ -14,7 +14,7 @@ from ..checkpoints.base import BaseCheckpointStore, Current, VersionConflict, ha
 from ..checkpoints.records import Kind, Plan, fold
 from ..chunks.base import BaseChunkLog
 from ..errors import RunExistsError, RunNotFoundError
-from ..ports import Checkpoint, RunSummary
+from ..ports import RunSummary, StoredRun
 
 __all__ = ["MemoryCheckpointStore", "MemoryChunkLog"]
 
@@ -39,7 +39,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         """The newest record of a run. Raises ``RunNotFoundError``."""
         with self._lock:
             run = self._get(run_id)
@@ -69,7 +69,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             self._runs[first.record.run_id] = _Run(first, plan.inline, [plan.record] if plan.record else [])
             return first
 
-    def _claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def _claim(self, run_id: str, expected_version: int) -> StoredRun:
         with self._current(run_id, expected_version) as current:
             claimed = replace(current.record, version=expected_version + 1, epoch=current.record.epoch + 1)
             self._runs[run_id].head = replace(current, record=claimed)

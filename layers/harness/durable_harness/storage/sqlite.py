@@ -39,7 +39,7 @@ from typing import Any
 from ..checkpoints.base import BaseCheckpointStore, Current, VersionConflict
 from ..checkpoints.records import Folded, Plan, fold, utf8_bytes
 from ..errors import CorruptCheckpointError, FormatVersionError, RunExistsError, RunNotFoundError, StorageError
-from ..ports import ACTIVE_STATUSES, AGENT_META, Checkpoint, Lease, ListPosition, ListQuery, RunListing, RunSummary
+from ..ports import ACTIVE_STATUSES, AGENT_META, Lease, ListPosition, ListQuery, RunListing, RunSummary, StoredRun
 from ._private import make_private_dirs, touch_private
 from ._timers import TIMERS_SCHEMA, TimerTable
 
@@ -104,10 +104,10 @@ def _meta_json(meta: dict[str, str]) -> str:
     return json.dumps(meta, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def _row_to_checkpoint(row: tuple[Any, ...], state: str) -> Checkpoint:
+def _row_to_checkpoint(row: tuple[Any, ...], state: str) -> StoredRun:
     run_id, version, epoch, status, principal, chat_id, _, meta, _ = row
     decoded = {str(k): str(v) for k, v in (json.loads(meta) if meta else {}).items()}
-    return Checkpoint(run_id=run_id, state=state, status=status, version=int(version), epoch=int(epoch),
+    return StoredRun(run_id=run_id, state=state, status=status, version=int(version), epoch=int(epoch),
                       principal=principal, chat_id=chat_id, meta=decoded)  # fmt: skip
 
 
@@ -156,7 +156,7 @@ class SqliteCheckpointStore(BaseCheckpointStore, TimerTable):
                 self._insert_record(conn, checkpoint.run_id, 1, plan.record)
         return first
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         """The newest record of a run. Raises ``RunNotFoundError``."""
         with self._guard() as conn:
             return self._select(conn, run_id)
@@ -171,7 +171,7 @@ class SqliteCheckpointStore(BaseCheckpointStore, TimerTable):
         with self._guard() as conn:
             return int(self._row(conn, run_id, "version")[0])
 
-    def _claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def _claim(self, run_id: str, expected_version: int) -> StoredRun:
         with self._transaction() as conn:
             cur = conn.execute(
                 "UPDATE runs SET version = version + 1, epoch = epoch + 1, updated_at = ?,"
@@ -256,7 +256,7 @@ class SqliteCheckpointStore(BaseCheckpointStore, TimerTable):
             ).fetchone()
         return None if row is None else str(row[0])
 
-    def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[Checkpoint]:
+    def list_runs(self, chat_id: str | None = None, limit: int = 100) -> list[StoredRun]:
         """Records, most recently written first, optionally only those of one chat."""
         query = f"SELECT {_COLUMNS} FROM runs"
         params: tuple[Any, ...] = ()
@@ -375,10 +375,10 @@ class SqliteCheckpointStore(BaseCheckpointStore, TimerTable):
             raise RunNotFoundError(run_id)
         return tuple(row)
 
-    def _select(self, conn: sqlite3.Connection, run_id: str) -> Checkpoint:
+    def _select(self, conn: sqlite3.Connection, run_id: str) -> StoredRun:
         return self._decode(conn, self._row(conn, run_id, _COLUMNS))
 
-    def _decode(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> Checkpoint:
+    def _decode(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> StoredRun:
         """The record of a head row, its state folded from the base and the records."""
         return _row_to_checkpoint(row, (self._known_at(row[0], int(row[1])) or self._head(conn, row)).folded.text)
 

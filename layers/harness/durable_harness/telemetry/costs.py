@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..ports import Checkpoint
+    from ..ports import StoredRun
     from .view import RunView
 
 PRICE_DATE = "2026-12-01"
@@ -181,7 +181,7 @@ class RunRecord:
     state_bytes: int
 
 
-def run_record(checkpoint: Checkpoint, state: RunView, chunk_count: int) -> RunRecord:
+def run_record(checkpoint: StoredRun, state: RunView, chunk_count: int) -> RunRecord:
     """The :class:`RunRecord` of a run's checkpoint, its state (parsed from it) and its log's length."""
     return RunRecord(
         slices=state.slices,

@@ -51,7 +51,7 @@ from ...checkpoints.base import BaseCheckpointStore, Current, VersionConflict, h
 from ...checkpoints.records import Plan, fold, utf8_bytes
 from ...errors import CorruptCheckpointError, RunExistsError, RunNotFoundError, StorageError
 from ...ids import is_run_id
-from ...ports import Checkpoint, ListPosition, ListQuery, RunListing, RunSummary
+from ...ports import ListPosition, ListQuery, RunListing, RunSummary, StoredRun
 from .._errors import aws_errors, check_format, translate
 from ..chunklog.items import fresh_log_item, generation, unpacked_text
 from ..table import EXPIRES_AT, FORMAT, PK, Chat, Head, Record, chat_key, run_key
@@ -125,7 +125,7 @@ class DynamoCheckpointStore(BaseCheckpointStore):
         """The DynamoDB table holding the run records."""
         return self._table
 
-    def load(self, run_id: str) -> Checkpoint:
+    def load(self, run_id: str) -> StoredRun:
         """The newest record of a run (one strongly consistent Query). Raises ``RunNotFoundError``."""
         return handed_out(self._load(run_id).record)
 
@@ -159,7 +159,7 @@ class DynamoCheckpointStore(BaseCheckpointStore):
         """The run's current version: one small strongly consistent read of the head."""
         return num(self._head.get(run_id, Head.VERSION)[Head.VERSION])
 
-    def _claim(self, run_id: str, expected_version: int) -> Checkpoint:
+    def _claim(self, run_id: str, expected_version: int) -> StoredRun:
         known = self._head_at(run_id, expected_version)
         update = "SET #version = #version + :one, #epoch = #epoch + :one, #updated_at = :u"
         # Only the counters come back, not the state.
@@ -233,7 +233,7 @@ class DynamoCheckpointStore(BaseCheckpointStore):
         bodies = [(r[Record.KIND]["S"], self._body(run_id, r)) for r in from_last_full(records)]
         base = _text(head, Head.STATE)
         folded = fold(base, bodies)
-        record = Checkpoint(
+        record = StoredRun(
             run_id=run_id,
             state=folded.text,
             status=head[Head.STATUS]["S"],
