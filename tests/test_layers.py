@@ -83,8 +83,9 @@ def test_a_cycle_between_two_packages_breaks_the_acyclic_contract(tmp_path: Path
 def test_the_core_reaching_into_the_aws_adapters_or_the_server_breaks_the_layers(
     tmp_path: Path, module: str, line: str, importer: str, imported: str
 ) -> None:
-    """The imports the contracts once excepted (the core into ``aws/lite``, the AWS clients and
-    ``server/httpd``): the core now gets those through its composition roots, and none is excepted."""
+    """The imports the contracts once excepted (the core into the AWS clients and their tracing; into
+    the lite client and the h11 server, now ``lambda_fastpath``, below): the core now gets those
+    through its composition roots, and none is excepted."""
     done = lint(copy_with(tmp_path, module, f"{line}  # noqa: E402"))
     assert done.returncode != 0
     assert f"durable_harness.{importer} is not allowed to import durable_harness.{imported}" in done.stdout
