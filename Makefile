@@ -104,12 +104,12 @@ test-node: setup node-setup
 	cd tests/node && PYTHON=$(CURDIR)/$(PY) npm test
 
 # Under Python 3.12 (the functions' and the AgentCore bridge's runtime): the unit tests of the code that
-# runs there (the core, the AWS adapters and the lite client) and the handlers' import, layer-build and
+# runs there (the core, the AWS adapters and the Lambda fast path) and the handlers' import, layer-build and
 # state-machine checks. The whole suite, the deployed stack under moto included, runs under the default
 # Python; running it twice would put .ci/run over its 20 minutes.
 PY312_TESTS := tests/agent tests/runner tests/storage tests/protocol tests/models tests/telemetry tests/waits \
-	tests/aws tests/harness/test_bridge.py tests/deploy/test_imports.py tests/deploy/test_layer_build.py \
-	tests/deploy/test_state_machine.py tests/test_docs.py
+	tests/aws tests/lambda_fastpath tests/harness/test_bridge.py tests/deploy/test_imports.py \
+	tests/deploy/test_layer_build.py tests/deploy/test_state_machine.py tests/test_docs.py
 test-python312:
 	@if [ -z "$(PYTHON312)" ]; then echo "python3.12 not found; skipping the 3.12 run"; else \
 	  $(MAKE) --no-print-directory VENV=.venv312 PYTHON=$(PYTHON312) setup && \

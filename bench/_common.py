@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:  # the scripts run as `python bench/x.py`: make `t
 def serve(app: Any, *, server: str = "uvicorn") -> AbstractContextManager[str]:
     """Serve ``app`` on a loopback port (the test suite's helper, with TCP_NODELAY on): ``server``
     is ``"uvicorn"`` (the local kit's server, ``make dev``) or ``"httpd"`` (the deployed chat
-    function's, :mod:`durable_harness.server.httpd`)."""
+    function's, :mod:`lambda_fastpath.httpd`)."""
     from tests.support import serve as serve_app
 
     # A baseline tree measured by deployed_wiring.py has a tests.support without the choice.
@@ -53,11 +53,14 @@ def serve(app: Any, *, server: str = "uvicorn") -> AbstractContextManager[str]:
 
 
 def deployed_server() -> str:
-    """The server the deployed chat function runs in this tree (``httpd``, or ``uvicorn`` in trees
-    from before ``functions/chat/serve.py``): a baseline tree is measured with its own."""
+    """The server the deployed chat function runs in this tree (``httpd``: ``lambda_fastpath.httpd``, or
+    ``durable_harness.server.httpd`` in trees from before ``lambda_fastpath``; ``uvicorn`` in trees from
+    before ``functions/chat/serve.py``): a baseline tree is measured with its own."""
     import importlib.util
 
-    return "httpd" if importlib.util.find_spec("durable_harness.server.httpd") else "uvicorn"
+    if importlib.util.find_spec("lambda_fastpath") or importlib.util.find_spec("durable_harness.server.httpd"):
+        return "httpd"
+    return "uvicorn"
 
 
 REGION = "us-east-1"

@@ -190,7 +190,7 @@ import my_agent
 stage()
 import app
 stage()
-import h11, durable_harness.server.httpd
+import h11, {httpd}
 stage()
 print("STAGES", *[(b - a) * 1000 for a, b in zip(marks, marks[1:])], flush=True)
 """
@@ -208,15 +208,23 @@ STAGE_NAMES = (
 adds to the ones before)."""
 AWS_STAGES = {
     "lite": ("import http.client, botocore.exceptions",
-             "the AWS clients' imports: http.client, botocore's exception classes (aws/lite)"),
+             "the AWS clients' imports: http.client, botocore's exception classes (lambda_fastpath.aws)"),
     "botocore": ("import botocore.session, botocore.client, botocore.config", "botocore (and urllib3)"),
 }  # fmt: skip
-"""The third stage: what the build's AWS clients import (a build from before ``aws/lite``: botocore)."""
+"""The third stage: what the build's AWS clients import (a build from before the lite client: botocore)."""
+LITE_CLIENT_DIRS = ("lambda_fastpath/aws", "durable_harness/aws/lite")
+"""Where a build's layer has the lite AWS client (the second: builds from before ``lambda_fastpath``)."""
 
 
 def aws_stage(layer: Path) -> tuple[str, str]:
     """The imports and the name of the AWS-client stage of the chat function in ``layer``."""
-    return AWS_STAGES["lite" if (layer / "durable_harness" / "aws" / "lite").is_dir() else "botocore"]
+    return AWS_STAGES["lite" if any((layer / d).is_dir() for d in LITE_CLIENT_DIRS) else "botocore"]
+
+
+def httpd_module(layer: Path) -> str:
+    """The chat function's HTTP server in ``layer`` (``durable_harness.server.httpd`` in a build from
+    before ``lambda_fastpath``)."""
+    return "lambda_fastpath.httpd" if (layer / "lambda_fastpath").is_dir() else "durable_harness.server.httpd"
 
 
 def chat_stages(py: str, build: Path, layer: Path, runs: int) -> list[float]:
@@ -224,7 +232,8 @@ def chat_stages(py: str, build: Path, layer: Path, runs: int) -> list[float]:
     fn_dir = build / FUNCTIONS["chat"]
     samples = []
     for _ in range(runs):
-        code = STAGES.format(fn=str(fn_dir), layer=str(layer), aws_imports=aws_stage(layer)[0])
+        code = STAGES.format(fn=str(fn_dir), layer=str(layer), aws_imports=aws_stage(layer)[0],
+                             httpd=httpd_module(layer))  # fmt: skip
         done = subprocess.run([py, "-S", "-B", "-c", code], env=function_env("chat", build), capture_output=True,
                               text=True, cwd=fn_dir)  # fmt: skip
         line = next((ln for ln in done.stdout.splitlines() if ln.startswith("STAGES ")), None)
@@ -476,7 +485,8 @@ def sizes_by_distribution(root: Path) -> dict[str, int]:
         dist = owners.get(rel, (None, ""))[0]
         if dist is None:
             top = rel.split(os.sep)[0]
-            dist = "durable-harness (this repo)" if top in ("durable_harness", "my_agent.py") else f"other: {top}"
+            ours = top in ("durable_harness", "lambda_fastpath", "my_agent.py")
+            dist = "durable-harness (this repo)" if ours else f"other: {top}"
         sizes[dist] += path.stat().st_size
     return dict(sizes)
 

@@ -3,7 +3,7 @@
 The real ``template.yaml`` is deployed into moto (``tests/deploy/stack.py``: DynamoDB, S3, the real
 state machine run by moto's interpreter, the real slice handler invoked in-process), and the real
 chat function app (``functions/chat/app.py``, its environment from the template) is served on
-loopback by the server the chat function runs (``durable_harness.server.httpd``; uvicorn in a
+loopback by the server the chat function runs (``lambda_fastpath.httpd``; uvicorn in a
 baseline tree from before it); it runs a chat run's first slice itself (``--env INLINE_FIRST_SLICE=0``: the
 slice function runs every slice). A paced model (``_deployed.build_agent``) streams through all of it:
 

@@ -1,5 +1,5 @@
 """moto over real HTTP on loopback: :class:`MotoEndpoint`, for clients that are not botocore's stubbed
-ones (another process's botocore, the lite clients of :mod:`durable_harness.aws.lite`); and
+ones (another process's botocore, the lite clients of :mod:`lambda_fastpath.aws`); and
 :func:`create_runs_table`, the deployed runs table's layout in moto (its index: :func:`principal_index`).
 
 Used by the lite clients' tests, the deployed-stack test that forces them, and ``bench/`` (which

@@ -115,7 +115,7 @@ def serve(app: ChatApp | Any, *, server: str = "uvicorn", **config: Any) -> Iter
 
     ``server``: ``"uvicorn"`` (the local server, ``make dev``; ``config`` goes to ``uvicorn.Config``,
     e.g. ``log_level``, ``access_log``) or ``"httpd"`` (the deployed chat function's server,
-    :mod:`durable_harness.server.httpd`; ``config`` goes to its ``serve``)."""
+    :mod:`lambda_fastpath.httpd`; ``config`` goes to its ``serve``)."""
     if server == "httpd":
         with _serve_httpd(app, **config) as url:
             yield url
@@ -149,7 +149,7 @@ def serve(app: ChatApp | Any, *, server: str = "uvicorn", **config: Any) -> Iter
 
 @contextmanager
 def _serve_httpd(app: Any, **options: Any) -> Iterator[str]:
-    from durable_harness.server import httpd
+    from lambda_fastpath import httpd
 
     started: list[tuple[str, int]] = []
     failed: list[BaseException] = []

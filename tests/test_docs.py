@@ -58,7 +58,12 @@ def test_the_readme_links_every_docs_page() -> None:
 
 # --- links ---------------------------------------------------------------------------------------
 
-DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md")
+DOCS = (
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "bench" / "README.md",
+    ROOT / "layers" / "harness" / "lambda_fastpath" / "README.md",
+)
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
 _LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")

@@ -2,7 +2,7 @@
 
 ``run.sh`` starts it (``python -m serve``). The adapter waits for ``GET /health`` to answer, then
 forwards each Function URL request to ``127.0.0.1:$AWS_LWA_PORT`` and streams the response back;
-the server is :mod:`durable_harness.server.httpd` (what the adapter needs of uvicorn, without the
+the server is :mod:`lambda_fastpath.httpd` (what the adapter needs of uvicorn, without the
 rest of uvicorn's import).
 
 Loading the app (the library, its pydantic models, its AWS clients) makes a few hundred thousand
@@ -30,7 +30,7 @@ def load() -> Any:
             from app import app
         except (ApprovalSecretError, SecretError, SettingsError) as exc:  # configuration to fix: one line
             raise SystemExit(f"chat function: {exc}") from None
-        from durable_harness.server import httpd  # noqa: F401  (loaded, and frozen, with the rest)
+        from lambda_fastpath import httpd  # noqa: F401  (loaded, and frozen, with the rest)
     finally:
         gc.freeze()
         gc.enable()
@@ -40,7 +40,7 @@ def load() -> Any:
 def main() -> None:
     """Serve the chat app until the sandbox stops it (SIGTERM)."""
     app = load()
-    from durable_harness.server.httpd import run
+    from lambda_fastpath.httpd import run
 
     run(app, host="127.0.0.1", port=int(os.environ.get("AWS_LWA_PORT", "8000")))
 

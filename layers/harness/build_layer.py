@@ -3,7 +3,8 @@
     python3.12 build_layer.py OUT       # OUT is the layer's python/ folder ($ARTIFACTS_DIR/python)
 
 1. ``pip install -r requirements.txt`` for the Lambda runtime (CPython 3.12 on arm64, wheels only,
-   no bytecode) into ``OUT``, and the library (``durable_harness``, ``my_agent.py``) next to it.
+   no bytecode) into ``OUT``, and the library (``durable_harness``, the Lambda fast path
+   ``lambda_fastpath``, ``my_agent.py``) next to it.
 2. Prune what no function loads (:func:`prune`): botocore's models of the AWS services the harness
    does not call (:data:`BOTOCORE_SERVICES` are kept; the template's ``AWS_DATA_PATH`` lets any other
    service load from the Lambda runtime's own botocore models), the models' documentation examples,
@@ -14,8 +15,9 @@
    service's model, its endpoint rules and botocore's endpoint data: with the text a fifth of its
    size, a cold start that makes the chat function's clients spends about 20 ms less
    (``bench/cold_start.py``). Then write botocore's endpoint data once more, with only the kept
-   services' entries (:func:`trim_endpoints`), for the harness's own clients (``aws/clients.py``):
-   a twentieth of the full data, which the first client of every process parses.
+   services' entries (:func:`trim_endpoints`), for the harness's own botocore session
+   (``lambda_fastpath/botocore_session.py``): a twentieth of the full data, which the first client
+   of every process parses.
 4. Compile every module the functions import to bytecode (:func:`compile_layer`), with the runtime's
    Python and ``unchecked-hash`` invalidation. The layer lands on Lambda's read-only ``/opt``, where
    Python can neither write a ``.pyc`` nor trust a timestamp-based one (zip round trips do not keep
@@ -44,7 +46,9 @@ HERE = Path(__file__).resolve().parent
 RUNTIME = (3, 12)
 # AL2023 (the python3.12 runtime) has glibc 2.34: wheels for any manylinux up to 2.34 run there.
 PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_28_aarch64", "manylinux_2_34_aarch64")
-LIBRARY = ("durable_harness", "my_agent.py")
+LIBRARY = ("durable_harness", "lambda_fastpath", "my_agent.py")
+"""What the layer ships of this folder: the harness, its Lambda fast path (the functions' own AWS
+client, the chat function's HTTP server, the shared botocore session) and the agent file."""
 RUNTIMES = "runtimes"
 """An optional folder of harness programs (``ProcessHarness``) shipped in the layer as they are
 (executable bits kept); the agent file finds them at ``Path(__file__).parent / "runtimes"``."""
@@ -145,9 +149,9 @@ def compact_models(out: Path) -> int:
     return saved
 
 
-TRIMMED_ENDPOINTS = "durable_harness/aws/botocore-data/endpoints.json"
+TRIMMED_ENDPOINTS = "lambda_fastpath/botocore-data/endpoints.json"
 """Where :func:`trim_endpoints` writes the endpoint data of the kept services, relative to the
-layer's python/ folder (``durable_harness.aws.clients`` reads it from there)."""
+layer's python/ folder (``lambda_fastpath.botocore_session`` reads it from there)."""
 
 
 def trim_endpoints(out: Path) -> int:

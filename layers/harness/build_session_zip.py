@@ -14,9 +14,10 @@ The zip holds, at its root:
 * ``agentcore_main.py`` (the entry point: ``session/agentcore_main.py``) and ``session.json``
   (``{"command": [...], "graceSeconds": N, "passEnv": [...]}``: the program's command, ``"{python}"``
   standing for the runtime's interpreter, run in ``program/``; the microVM's variables it may read);
-* ``durable_harness`` and the layer's requirements (``requirements.txt``), installed as the
-  layer's are (:func:`build_layer.install`: wheels for CPython 3.12 on aarch64) and pruned the same
-  way; ``--requirements`` names another file, and an empty one installs nothing (the tests);
+* ``durable_harness``, ``lambda_fastpath`` (the bridge's HTTP server) and the layer's requirements
+  (``requirements.txt``), installed as the layer's are (:func:`build_layer.install`: wheels for
+  CPython 3.12 on aarch64) and pruned the same way; ``--requirements`` names another file, and an
+  empty one installs nothing (the tests);
 * ``program/``: the folder ``--program``, as it is (POSIX modes kept: AgentCore keeps them, so an
   executable program stays executable).
 

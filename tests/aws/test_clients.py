@@ -12,10 +12,11 @@ from typing import Any
 
 import botocore
 import pytest
-from durable_harness.aws import clients, runtime
+from durable_harness.aws import runtime
 from durable_harness.aws.clients import LazyClient, make_client
 from durable_harness.ports import StoredRun
 from durable_harness.runner.state import RunState
+from lambda_fastpath import botocore_session
 
 from tests.aws.conftest import BUCKET, REGION, TABLE
 from tests.aws.signing import signed_for
@@ -30,8 +31,8 @@ def test_clients_without_a_session_share_one_botocore_session(aws: None) -> None
     assert type(first).__module__ == "botocore.client"
     assert first is not second
     # One loader: the endpoint data and the models each client needs are parsed once per process.
-    assert first._loader is second._loader is clients._sessions[False].get_component("data_loader")
-    assert True not in clients._sessions  # outside the built layer there is no trimmed endpoint data
+    assert first._loader is second._loader is botocore_session._sessions[False].get_component("data_loader")
+    assert True not in botocore_session._sessions  # outside the built layer there is no trimmed endpoint data
 
 
 def test_in_the_layer_the_harness_services_read_the_trimmed_endpoint_data_and_any_other_the_full(
@@ -44,9 +45,9 @@ def test_in_the_layer_the_harness_services_read_the_trimmed_endpoint_data_and_an
     for partition in trimmed["partitions"]:
         partition["services"] = {k: v for k, v in partition["services"].items() if k == "dynamodb"}
     (tmp_path / "endpoints.json").write_text(json.dumps(trimmed))
-    monkeypatch.setattr(clients, "_TRIMMED_DATA", str(tmp_path))  # as the layer build writes it
-    monkeypatch.setattr(clients, "_trimmed_services", frozenset({"dynamodb"}))
-    monkeypatch.setattr(clients, "_sessions", {})
+    monkeypatch.setattr(botocore_session, "_TRIMMED_DATA", str(tmp_path))  # as the layer build writes it
+    monkeypatch.setattr(botocore_session, "_trimmed_services", frozenset({"dynamodb"}))
+    monkeypatch.setattr(botocore_session, "_sessions", {})
 
     ddb, iam = make_client("dynamodb", region="eu-west-1"), make_client("iam", region="eu-west-1")
 
@@ -141,7 +142,7 @@ def test_in_lambda_the_runtime_is_built_from_lite_clients_without_botocore_sessi
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION,
            "AWS_LAMBDA_FUNCTION_NAME": "chat"}  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
-    assert json.loads(done.stdout) == ["durable_harness.aws.lite.dynamodb", []]
+    assert json.loads(done.stdout) == ["lambda_fastpath.aws.dynamodb", []]
 
 
 def test_make_client_in_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,7 +150,7 @@ def test_make_client_in_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
     a caller's session always gets botocore; outside Lambda nothing changes."""
     import boto3
     from botocore.config import Config
-    from durable_harness.aws.lite import LiteClient
+    from lambda_fastpath.aws import LiteClient
 
     for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_LAMBDA_FUNCTION_NAME", "f")):
         monkeypatch.setenv(name, value)
@@ -186,7 +187,7 @@ def test_a_functions_root_gives_the_core_lite_clients_for_the_bedrock_model_and_
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == [
-        "durable_harness.aws.lite.bedrock",
+        "lambda_fastpath.aws.bedrock",
         1,
         600.0,
         "SecretsManagerClient",

@@ -7,7 +7,7 @@ DynamoDB, S3, the real ``statemachine/run.asl.json`` run by moto's Step Function
 real slice and finalizer handlers invoked in-process), the chat function's environment exactly as
 the template gives it (token auth with the SHA-256 of ``--token``, or ``AuthMode none`` without
 one), and ``functions/chat/app.py``'s ``app`` served on ``127.0.0.1:P`` by the function's own server
-(:mod:`durable_harness.server.httpd`, which ``functions/chat/serve.py`` runs behind the Lambda Web
+(:mod:`lambda_fastpath.httpd`, which ``functions/chat/serve.py`` runs behind the Lambda Web
 Adapter). The Node tests (``tests/node/test/aws.test.js``) drive it
 with the real AI SDK client.
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    from durable_harness.server import httpd
+    from lambda_fastpath import httpd
 
     from tests.deploy.chat import load_chat_app
     from tests.deploy.iam import ACTOR

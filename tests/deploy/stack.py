@@ -341,7 +341,7 @@ class MotoStack:
         return recording
 
     def recording_lite(self, client: Any) -> Any:
-        """``client`` (a lite client of ``durable_harness.aws.lite``, which botocore's
+        """``client`` (a lite client of ``lambda_fastpath.aws``, which botocore's
         ``_make_api_call`` never sees) with its calls recorded for :meth:`check_iam` as botocore's are."""
         return RecordedLiteClient(client, self) if client is not None else None
 

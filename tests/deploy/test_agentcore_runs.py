@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 from durable_harness.aws.agentcore import RUNTIME_ARN_ENV, AgentCoreConnection, runtime_session_id
-from durable_harness.aws.lite import _client
 from durable_harness.harness.bridge import transport
 from durable_harness.messages import TextPart, UserMessage
 from durable_harness.protocol.assemble import assemble_ui_message
 from durable_harness.runner.runner import Runner
 from durable_harness.runner.state import RunState
+from lambda_fastpath.aws import _client
 
 from tests.harness import agents as harnesses
 from tests.harness.support import parts_of

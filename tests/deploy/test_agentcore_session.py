@@ -21,9 +21,9 @@ from durable_harness.aws.agentcore import (
     SessionUnavailableError,
     runtime_session_id,
 )
-from durable_harness.aws.lite import _client
 from durable_harness.errors import FatalError, RetryableError
 from durable_harness.harness.bridge import BridgeError, SessionLostError
+from lambda_fastpath.aws import _client
 
 from tests.aws.signing import signed_for
 from tests.harness.bridge_support import FINISH, PROGRAM, collect, delta

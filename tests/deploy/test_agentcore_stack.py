@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 from durable_harness.aws.agentcore import AgentCoreConnection
-from durable_harness.aws.lite import _client
 from durable_harness.aws.runtime import build_runtime
 from durable_harness.harness.bridge import transport
+from lambda_fastpath.aws import _client
 
 from tests.harness.bridge_support import FINISH, PROGRAM, collect, delta
 

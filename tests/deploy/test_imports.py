@@ -80,7 +80,8 @@ def test_a_function_imports_nothing_of_the_local_kit_and_freezes_its_load(logica
 @pytest.mark.parametrize(
     "package",
     ["durable_harness", "durable_harness.aws", "durable_harness.harness", "durable_harness.protocol",
-     "durable_harness.runner", "durable_harness.server", "durable_harness.storage", "durable_harness.telemetry"],
+     "durable_harness.runner", "durable_harness.server", "durable_harness.storage", "durable_harness.telemetry",
+     "lambda_fastpath", "lambda_fastpath.aws"],
 )  # fmt: skip
 def test_every_exported_name_resolves(package: str) -> None:
     module = importlib.import_module(package)

@@ -445,10 +445,10 @@ async def test_a_turn_that_ends_in_the_chat_function_needs_no_execution(stack: M
 
 async def test_a_turn_over_the_lite_clients_as_in_lambda(stack: MotoStack) -> None:
     """The functions' clients as in Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set): lite clients of
-    ``durable_harness.aws.lite`` over real HTTP (the same moto, served on loopback), botocore for
+    ``lambda_fastpath.aws`` over real HTTP (the same moto, served on loopback), botocore for
     a service without one. A whole turn over several slices keeps every invariant."""
     from durable_harness.aws import clients, runtime
-    from durable_harness.aws.lite import LiteClient
+    from lambda_fastpath.aws import LiteClient
 
     from tests.motoserver import MotoEndpoint
 
@@ -485,7 +485,7 @@ async def test_with_lite_clients_off_a_turn_runs_over_botocore_clients_in_lambda
     (``AWS_LAMBDA_FUNCTION_NAME`` set) their clients are then botocore's, and a whole turn over
     several slices keeps every invariant (the calls, botocore's, are checked against IAM)."""
     from durable_harness.aws import clients, runtime
-    from durable_harness.aws.lite import LiteClient
+    from lambda_fastpath.aws import LiteClient
 
     assert {fn.env["AWS_LITE_CLIENTS"] for fn in stack.functions.values()} == {"0"}
     lite_made: list[str] = []

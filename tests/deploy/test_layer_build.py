@@ -207,12 +207,13 @@ def test_the_template_puts_the_layers_models_before_the_runtimes() -> None:
 
 def test_harness_programs_in_runtimes_ship_with_the_layer_executable(tmp_path: Path) -> None:
     root, out = tmp_path / "src", tmp_path / "out"
-    touch(root, "durable_harness/__init__.py", "my_agent.py", "runtimes/my-runtime")
+    touch(root, "durable_harness/__init__.py", "lambda_fastpath/__init__.py", "my_agent.py", "runtimes/my-runtime")
     (root / "runtimes" / "my-runtime").chmod(0o755)
     out.mkdir()
     build_layer.copy_library(out, root)
     assert (out / "runtimes" / "my-runtime").stat().st_mode & 0o111
     assert (out / "my_agent.py").exists() and (out / "durable_harness" / "__init__.py").exists()
+    assert (out / "lambda_fastpath" / "__init__.py").exists()  # the functions' own AWS client and server
     without = tmp_path / "without"
     without.mkdir()
     (root / "runtimes" / "my-runtime").unlink()

@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 from durable_harness.aws.agentcore import AgentCoreConnection
-from durable_harness.aws.lite import _client
+from lambda_fastpath.aws import _client
 
 from tests.harness.bridge_support import FINISH, collect, delta
 
@@ -65,6 +65,7 @@ def test_the_zip_holds_the_entry_point_the_library_and_the_program_with_its_mode
         names = set(archive.namelist())
         assert {"agentcore_main.py", "session.json", "program/bridge_program.py"} <= names
         assert "durable_harness/server/bridge.py" in names and "durable_harness/harness/bridge/app.py" in names
+        assert "lambda_fastpath/httpd.py" in names  # the bridge's process serves with it
         assert not any("__pycache__" in name for name in names)
         assert json.loads(archive.read("session.json")) == {"command": ["{python}", "bridge_program.py"],
                                                             "graceSeconds": 3.0, "passEnv": []}  # fmt: skip

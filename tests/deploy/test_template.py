@@ -80,7 +80,7 @@ def test_the_layer_installs_every_runtime_dependency() -> None:
 
     lines = (ROOT / "layers" / "harness" / "requirements.txt").read_text().splitlines()
     layer = [line for line in lines if line.strip() and not line.startswith("#")]
-    # uvicorn serves `make dev` only: the chat function serves with h11 (durable_harness.server.httpd)
+    # uvicorn serves `make dev` only: the chat function serves with h11 (lambda_fastpath.httpd)
     local_only = {"uvicorn"}
     # The layer is the library with its `aws` extra (the functions' AWS adapters and Bedrock).
     runtime = pyproject["project"]["dependencies"] + pyproject["project"]["optional-dependencies"]["aws"]

@@ -7,7 +7,7 @@ answers with an :class:`~botocore.awsrequest.AWSResponse` whose body is the bina
 ``application/vnd.amazon.eventstream`` Bedrock sends: frames with the ``:event-type`` /
 ``:message-type`` / ``:exception-type`` headers, the JSON payloads (with Bedrock's ``p`` padding
 field) and both CRC32 checksums. botocore ships an event-stream *decoder* but no encoder, so
-``tests.aws.lite.frames`` writes the documented frame layout (checked against botocore's decoder below);
+``tests.lambda_fastpath.aws.frames`` writes the documented frame layout (checked against botocore's decoder below);
 botocore then parses the stream exactly as it parses Bedrock's. Error responses carry the
 ``x-amzn-ErrorType`` header and JSON body of the real service. Nothing of our code is mocked.
 """
@@ -39,7 +39,7 @@ from durable_harness.models.bedrock import BedrockConverseModel
 from durable_harness.protocol import harness_parts as hp
 from durable_harness.protocol.harness_parts import encode_part
 
-from tests.aws.lite.frames import event, exception
+from tests.lambda_fastpath.aws.frames import event, exception
 
 MODEL_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -835,10 +835,10 @@ def test_the_default_client_in_lambda_imports_no_botocore_client_machinery() -> 
 async def test_a_turn_streams_through_the_lite_client_as_through_boto3(stream: bytes) -> None:
     """The adapter on the lite ``bedrock-runtime`` client, against a loopback server that streams the
     recorded bytes in HTTP chunks cut mid-frame, yields the parts (and the error) it yields on boto3."""
-    from durable_harness.aws.lite._transport import Credentials
-    from durable_harness.aws.lite.bedrock import BedrockRuntimeClient
+    from lambda_fastpath.aws._transport import Credentials
+    from lambda_fastpath.aws.bedrock import BedrockRuntimeClient
 
-    from tests.aws.lite.scripted import Reply, ScriptedServer, split
+    from tests.lambda_fastpath.aws.scripted import Reply, ScriptedServer, split
 
     async def run(model: BedrockConverseModel) -> tuple[list[str], tuple[str, bool] | None]:
         parts: list[str] = []

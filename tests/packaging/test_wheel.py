@@ -61,8 +61,9 @@ def test_the_wheel_holds_the_library_only_typed_and_licensed(wheel: Path) -> Non
     names = zipfile.ZipFile(wheel).namelist()
     dist_info = f"durable_harness-{__version__}.dist-info"
     assert wheel.name.startswith(f"durable_harness-{__version__}-py3-none-any")
-    assert {n.split("/")[0] for n in names} == {"durable_harness", dist_info}, "nothing but the package"
-    assert "durable_harness/py.typed" in names
+    assert {n.split("/")[0] for n in names} == {"durable_harness", "lambda_fastpath", dist_info}, "the packages only"
+    assert "durable_harness/py.typed" in names and "lambda_fastpath/py.typed" in names
+    assert "lambda_fastpath/aws/_sigv4.py" in names and "lambda_fastpath/httpd.py" in names  # the Lambda fast path
     assert "durable_harness/server/static/index.html" in names
     assert any(n.startswith("durable_harness/server/static/assets/") for n in names)
     assert "durable_harness/harness/pydantic_ai/__init__.py" in names

@@ -1,5 +1,5 @@
 """The chat app over real HTTP on loopback, with embedded storage and the demo agent: served by uvicorn (the
-local server) and by the deployed chat function's server (:mod:`durable_harness.server.httpd`)."""
+local server) and by the deployed chat function's server (:mod:`lambda_fastpath.httpd`)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ sends the same JSON commands as the payload of ``InvokeAgentRuntime`` on the run
 session id as ``runtimeSessionId``.
 
 It is an AWS adapter (the bridge and the harness know nothing of AWS; :mod:`.runtime` installs it
-as the session transport) built on the lite AWS client (``aws/lite/agentcore.py``: SigV4 for
+as the session transport) built on the lite AWS client (``lambda_fastpath/aws/agentcore.py``: SigV4 for
 ``bedrock-agentcore``, botocore's retries and errors, deadlines), not boto3: the lite transport
 streams a body read by read as it arrives (botocore's ``StreamingBody.read(n)`` waits for ``n``
 bytes), and the functions' cold start does not pay for botocore's client. Blocking calls run in
@@ -41,6 +41,9 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
+from lambda_fastpath import aws as lite
+from lambda_fastpath.aws._client import THROTTLING_CODES, TRANSIENT_CODES
+from lambda_fastpath.aws.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClient, ResponseStream
 
 from ..errors import FatalError, RetryableError
 from ..harness.bridge.client import (
@@ -52,9 +55,6 @@ from ..harness.bridge.client import (
 )
 from ..harness.bridge.transport import SessionSpec, SessionTransport, TransportFactory
 from ..protocol.sse import SSEParser
-from . import lite
-from .lite._client import THROTTLING_CODES, TRANSIENT_CODES
-from .lite.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClient, ResponseStream
 
 __all__ = [
     "ATTACH_MARGIN_SECONDS", "RUNTIME_ARN_ENV", "RUNTIME_QUALIFIER_ENV", "AgentCoreConnection", "SessionConfigError",

@@ -70,8 +70,7 @@ def client_config() -> Config:
     global _config
     if _config is None:
         from botocore.config import Config
-
-        from .lite import _client as lite  # the settings, kept once for both kinds of client
+        from lambda_fastpath.aws import _client as lite  # the settings, kept once for both kinds of client
 
         _config = Config(
             # Standard mode retries throttling, 5xx and connection errors with capped exponential
@@ -96,7 +95,7 @@ def __getattr__(name: str) -> Any:
 
 CLIENT_CONFIG: Config
 """The botocore configuration of every botocore client this module creates (made on first read;
-a lite client has the same retries and timeouts, :mod:`.lite`)."""
+a lite client has the same retries and timeouts, :mod:`lambda_fastpath.aws`)."""
 
 SAFETY_MARGIN_SECONDS = 60.0
 """Time a slice run in Lambda keeps back from the time it has left (the invocation's, or the chat

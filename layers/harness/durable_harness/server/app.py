@@ -1,4 +1,5 @@
-"""The chat app: a dependency-free ASGI application (uvicorn locally, :mod:`.httpd` behind the Lambda Web Adapter).
+"""The chat app: a dependency-free ASGI application (uvicorn locally, :mod:`lambda_fastpath.httpd`
+behind the Lambda Web Adapter).
 
 Routes:
 

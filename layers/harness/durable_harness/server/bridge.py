@@ -1,7 +1,8 @@
 """``python -m durable_harness.server.bridge``: run one session's bridge.
 
 The bridge (:mod:`durable_harness.harness.bridge`) is an ASGI app; this is the process that serves
-it over this package's HTTP server (:mod:`.httpd`), so it sits with the server, not the harness.
+it over the deployed chat function's HTTP server (:mod:`lambda_fastpath.httpd`), so it sits with the
+server, not the harness.
 
 Locally (what :func:`~durable_harness.harness.bridge.client.find_or_start` runs, detached)::
 
@@ -26,8 +27,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from lambda_fastpath import httpd
+
 from ..harness.bridge.app import DEFAULT_GRACE_SECONDS, DEFAULT_IDLE_SECONDS, KEEPALIVE_SECONDS, Bridge, BridgeConfig
-from . import httpd
 
 
 async def serve_bridge(

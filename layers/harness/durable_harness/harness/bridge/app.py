@@ -79,7 +79,7 @@ class BridgeConfig:
 
 class Bridge:
     """One session's bridge: an ASGI app that owns the program's boots (serve it with
-    :func:`durable_harness.server.httpd.serve`; ``stopped`` is set when the bridge has ended)."""
+    :func:`lambda_fastpath.httpd.serve`; ``stopped`` is set when the bridge has ended)."""
 
     def __init__(self, config: BridgeConfig) -> None:
         if not config.command:

@@ -30,8 +30,8 @@ from botocore.exceptions import (
     EndpointConnectionError,
     ReadTimeoutError,
 )
-from durable_harness.aws.lite._transport import Credentials
-from durable_harness.aws.lite.dynamodb import DynamoDBClient
+from lambda_fastpath.aws._transport import Credentials
+from lambda_fastpath.aws.dynamodb import DynamoDBClient
 
 READ_TIMEOUT = 1.5  # well above a loaded machine's loopback reply, well below the 5 s stall
 OK = json.dumps({"Item": {"pk": {"S": "a"}}}).encode()

@@ -1,7 +1,7 @@
 """AWS Signature Version 4, as ``botocore.auth.SigV4Auth`` and ``S3SigV4Auth`` compute it.
 
 One function, :func:`sign`, for every lite client. It reproduces botocore's canonical request
-byte for byte (``tests/aws/lite/test_sigv4.py`` checks it against botocore's signers), which is
+byte for byte (``tests/lambda_fastpath/aws/test_sigv4.py`` checks it against botocore's signers), which is
 what lets a lite client and a botocore client be swapped behind the same adapter: the service
 sees the same signature for the same request.
 """

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.aws.lite.conftest import REGION
+from tests.lambda_fastpath.aws.conftest import REGION
 
 ASL = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 600, "End": True}}}
 
@@ -94,7 +94,7 @@ def test_put_events(make_lite: Callable[[str], Any]) -> None:
 
 def test_accepted_arguments_are_botocore_models() -> None:
     """Each method accepts exactly its operation's input members (EventBridge's EndpointId aside)."""
-    from durable_harness.aws.lite import jsonrpc
+    from lambda_fastpath.aws import jsonrpc
 
     model = boto3.client("stepfunctions", region_name=REGION).meta.service_model
     for operation, members in jsonrpc._SFN_OPERATIONS.values():
@@ -105,7 +105,7 @@ def test_accepted_arguments_are_botocore_models() -> None:
 
 def test_get_secret_value(make_lite: Callable[[str], Any]) -> None:
     """A string and a binary secret as boto3 gives them (bytes decoded, dates tz-aware); errors alike."""
-    from durable_harness.aws.lite import jsonrpc
+    from lambda_fastpath.aws import jsonrpc
 
     boto, lite = boto3.client("secretsmanager", region_name=REGION), make_lite("secretsmanager")
     text = boto.create_secret(Name="text", SecretString="a" * 40)["ARN"]

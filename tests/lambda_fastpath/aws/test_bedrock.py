@@ -1,7 +1,7 @@
 """The lite ``bedrock-runtime`` client against a real botocore client, over HTTP on loopback.
 
 Bedrock cannot run here (no account, no network), so a scripted loopback server
-(:mod:`tests.aws.lite.scripted`) plays it: it answers with the recorded-shape event streams of
+(:mod:`tests.lambda_fastpath.aws.scripted`) plays it: it answers with the recorded-shape event streams of
 ``tests/models/test_bedrock.py``, cut into HTTP chunks at awkward places, or with Bedrock's error
 responses. A real boto3 ``bedrock-runtime`` client (``endpoint_url`` = the server) and the lite
 client make the same call against the same replies; what they return or raise must be equal, and
@@ -27,13 +27,13 @@ from botocore.exceptions import (
     ParamValidationError,
     ReadTimeoutError,
 )
-from durable_harness.aws.lite import _eventstream
-from durable_harness.aws.lite._transport import Credentials
-from durable_harness.aws.lite.bedrock import BedrockRuntimeClient
+from lambda_fastpath.aws import _eventstream
+from lambda_fastpath.aws._transport import Credentials
+from lambda_fastpath.aws.bedrock import BedrockRuntimeClient
 
-from tests.aws.lite.frames import event, exception
-from tests.aws.lite.scripted import Reply, ScriptedServer, split
-from tests.aws.lite.test_converse_events import SYNTHETIC
+from tests.lambda_fastpath.aws.frames import event, exception
+from tests.lambda_fastpath.aws.scripted import Reply, ScriptedServer, split
+from tests.lambda_fastpath.aws.test_converse_events import SYNTHETIC
 from tests.models.test_bedrock import REASONING_STREAM, START, TEXT_STREAM, TEXT_THEN, TOOLS_STREAM
 
 REGION = "us-east-1"

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import h11
 
-logger = logging.getLogger("durable_harness.server.httpd")  # one logger for the whole server
+logger = logging.getLogger("lambda_fastpath.httpd")  # one logger for the whole server
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -3,7 +3,7 @@
 A service client (``dynamodb.py``, ``s3.py`` ...) turns its boto3-named methods into
 :meth:`LiteClient._request` calls and parses what comes back; errors are read by its
 :meth:`LiteClient._error_response` hook. Retries mirror botocore's ``standard`` mode with the
-harness's ``CLIENT_CONFIG`` (``aws/runtime.py``): up to ``max_attempts`` attempts in all, retrying
+harness's ``CLIENT_CONFIG`` (``durable_harness/aws/runtime.py``): up to ``max_attempts`` attempts in all, retrying
 connection failures and timeouts, HTTP 500/502/503/504 and 429, and the throttling and transient
 error codes of ``botocore/retries/standard.py`` (plus the errors a service model marks retryable),
 with the same capped exponential backoff with jitter. botocore's retry quota (a token bucket that
@@ -36,7 +36,7 @@ from urllib.parse import quote
 
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
-from ... import __version__
+from .. import __version__
 from . import _transport
 from ._sigv4 import sign
 from ._transport import Credentials, Response

@@ -8,7 +8,7 @@ import sys
 
 SCRIPT = """
 import sys
-from durable_harness.aws import lite
+from lambda_fastpath import aws as lite
 env = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b", "AWS_REGION": "eu-west-1"}
 made = [lite.client(name, env=env) for name in ("dynamodb", "stepfunctions", "events", "s3")]
 assert all(made), made
@@ -28,7 +28,7 @@ CREDS = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
 
 def test_endpoints_and_when_there_is_no_lite_client() -> None:
     """botocore's endpoint variables and partitions; None where botocore must serve instead."""
-    from durable_harness.aws import lite
+    from lambda_fastpath import aws as lite
 
     def url(service: str, **env: str) -> str | None:
         made = lite.client(service, env={**CREDS, **env})

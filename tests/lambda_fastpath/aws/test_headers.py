@@ -1,6 +1,6 @@
 """The lite clients say who they are and carry the invocation's trace header on, as botocore does.
 
-A loopback server (:mod:`tests.aws.lite.scripted`) records what a lite client and a botocore client
+A loopback server (:mod:`tests.lambda_fastpath.aws.scripted`) records what a lite client and a botocore client
 pointed at it send for the same call.
 """
 
@@ -12,10 +12,10 @@ import boto3
 import pytest
 from botocore.config import Config
 from durable_harness import __version__
-from durable_harness.aws import lite
+from lambda_fastpath import aws as lite
 
-from tests.aws.lite.conftest import REGION, lite_env
-from tests.aws.lite.scripted import Reply, ScriptedServer
+from tests.lambda_fastpath.aws.conftest import REGION, lite_env
+from tests.lambda_fastpath.aws.scripted import Reply, ScriptedServer
 
 TRACE = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1;Lineage=a87bd80c:0"
 ANSWER = Reply(200, {"content-type": "application/x-amz-json-1.0"}, [b"{}"], chunked=False)

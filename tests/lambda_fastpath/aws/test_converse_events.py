@@ -1,7 +1,7 @@
 """The lite ConverseStream event parsing against botocore's, on the same messages (no HTTP here).
 
 botocore's own ``EventStream`` (with the ``bedrock-runtime`` model's output shape and its
-``EventStreamJSONParser``) and the lite :class:`~durable_harness.aws.lite.bedrock.EventStream` read
+``EventStreamJSONParser``) and the lite :class:`~lambda_fastpath.aws.bedrock.EventStream` read
 the same bytes; the events, and the errors of exception messages, must be equal. The shape table
 the lite parser uses is regenerated here from the installed botocore's model: equal to it for the
 botocore it was generated from, compatible with a newer one.
@@ -21,10 +21,10 @@ import pytest
 from botocore.eventstream import EventStream as BotocoreEventStream
 from botocore.exceptions import ConnectionClosedError, EventStreamError
 from botocore.parsers import EventStreamJSONParser
-from durable_harness.aws.lite import _converse_shapes
-from durable_harness.aws.lite.bedrock import EventStream, ResponseParserError
+from lambda_fastpath.aws import _converse_shapes
+from lambda_fastpath.aws.bedrock import EventStream, ResponseParserError
 
-from tests.aws.lite.frames import event, exception, frame
+from tests.lambda_fastpath.aws.frames import event, exception, frame
 from tests.models.test_bedrock import REASONING_STREAM, START, TEXT_STREAM, TOOLS_STREAM
 
 SERVICE_MODEL = botocore.session.get_session().get_service_model("bedrock-runtime")
@@ -33,7 +33,7 @@ STREAM_SHAPE = SERVICE_MODEL.operation_model("ConverseStream").output_shape.memb
 
 def generated_shapes() -> tuple[dict[str, str], frozenset[str], dict[str, str]]:
     """(events, exceptions, shapes) of ConverseStream's output, from botocore's model, in the
-    compact form of :mod:`durable_harness.aws.lite._converse_shapes`."""
+    compact form of :mod:`lambda_fastpath.aws._converse_shapes`."""
     shapes: dict[str, str] = {}
 
     def ref(shape: Any) -> str | None:
@@ -89,7 +89,7 @@ def test_the_shape_table_is_botocores_model() -> None:
     operation = SERVICE_MODEL.operation_model("ConverseStream")
     assert operation.input_shape.required_members == ["modelId"]
     assert operation.http == {"method": "POST", "requestUri": "/model/{modelId}/converse-stream", "responseCode": 200}
-    regenerate = "regenerate aws/lite/_converse_shapes.py from: " + json.dumps(shapes)
+    regenerate = "regenerate lambda_fastpath/aws/_converse_shapes.py from: " + json.dumps(shapes)
     if botocore.__version__ == _converse_shapes.BOTOCORE_VERSION:  # the botocore it was generated from
         assert (events, exceptions) == (_converse_shapes.EVENTS, _converse_shapes.EXCEPTIONS)
         assert shapes == _converse_shapes.SHAPES, regenerate

@@ -23,16 +23,16 @@ from botocore.credentials import Credentials as BotoCredentials
 from botocore.exceptions import ClientError, FlexibleChecksumError, ParamValidationError
 from botocore.parsers import RestXMLParser
 from durable_harness.aws.checkpoints.objects import ObjectGone, StateObjects
-from durable_harness.aws.lite import _client, _s3xml, _transport
-from durable_harness.aws.lite import client as lite_client
-from durable_harness.aws.lite._transport import Credentials, Response
-from durable_harness.aws.lite.s3 import S3Client
+from lambda_fastpath.aws import _client, _s3xml, _transport
+from lambda_fastpath.aws import client as lite_client
+from lambda_fastpath.aws._transport import Credentials, Response
+from lambda_fastpath.aws.s3 import S3Client
 from moto import mock_aws
 
-from tests.aws.lite.scripted import Reply, ScriptedServer
-from tests.aws.lite.test_sigv4 import KEYS as SIGNING_KEYS
-from tests.aws.lite.test_sigv4 import NOW
 from tests.aws.signing import signed_for
+from tests.lambda_fastpath.aws.scripted import Reply, ScriptedServer
+from tests.lambda_fastpath.aws.test_sigv4 import KEYS as SIGNING_KEYS
+from tests.lambda_fastpath.aws.test_sigv4 import NOW
 from tests.motoserver import MotoEndpoint
 
 REGION = "us-east-1"

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from durable_harness.aws import lite
-from durable_harness.aws.lite import _client
+from lambda_fastpath import aws as lite
+from lambda_fastpath.aws import _client
 from moto import mock_aws
 
 from tests.motoserver import MotoEndpoint

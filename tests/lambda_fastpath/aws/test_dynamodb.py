@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from durable_harness.aws import DynamoCheckpointStore
 from durable_harness.ports import StoredRun
 
-from tests.aws.lite.conftest import REGION
+from tests.lambda_fastpath.aws.conftest import REGION
 from tests.motoserver import create_runs_table
 
 A, B = "runs-boto3", "runs-lite"
@@ -143,7 +143,7 @@ def test_unknown_arguments_are_a_type_error(pair: tuple[Any, Any]) -> None:
 
 def test_accepted_arguments_are_botocore_models(pair: tuple[Any, Any]) -> None:
     """Each method accepts exactly its operation's input members (botocore's model)."""
-    from durable_harness.aws.lite import dynamodb as lite_ddb
+    from lambda_fastpath.aws import dynamodb as lite_ddb
 
     model = pair[0].meta.service_model
     for name, members in [("GetItem", lite_ddb._GET_ITEM), ("PutItem", lite_ddb._PUT_ITEM),

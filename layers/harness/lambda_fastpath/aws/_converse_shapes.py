@@ -5,7 +5,7 @@ defines (dropping, for example, the ``p`` padding Bedrock adds to every event), 
 blobs (``reasoningContent.redactedContent``, image bytes) and answers an unknown union member with
 ``{"SDK_UNKNOWN_MEMBER": {"name": ...}}``. The lite client parses them the same way from this
 table, generated from the model of the botocore the harness pins (``botocore.__version__`` below);
-``tests/aws/lite/test_bedrock.py`` regenerates it from the installed botocore and fails when they
+``tests/lambda_fastpath/aws/test_converse_events.py`` regenerates it from the installed botocore and fails when they
 differ, printing the new table.
 
 Errors before the stream get the modelled error's fields too (``ERRORS``: its members, an

@@ -1,6 +1,6 @@
 """The lite event-stream decoder against botocore's own (``botocore.eventstream.EventStreamBuffer``).
 
-The frames come from the test encoder (:mod:`tests.aws.lite.frames`) and from the recorded Bedrock
+The frames come from the test encoder (:mod:`tests.lambda_fastpath.aws.frames`) and from the recorded Bedrock
 streams of ``tests/models/test_bedrock.py``; each is decoded by botocore and by the lite decoder,
 read in pieces of every awkward size, and the two must agree: headers (every type), payloads, and
 for corrupt input the same error class name and message.
@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import pytest
 from botocore import eventstream as botocore_eventstream
-from durable_harness.aws.lite import _eventstream as lite
-from durable_harness.aws.lite._eventstream import HeaderValue
+from lambda_fastpath.aws import _eventstream as lite
+from lambda_fastpath.aws._eventstream import HeaderValue
 
-from tests.aws.lite import frames
-from tests.aws.lite.frames import event, exception, frame
+from tests.lambda_fastpath.aws import frames
+from tests.lambda_fastpath.aws.frames import event, exception, frame
 from tests.models.test_bedrock import REASONING_STREAM, TEXT_STREAM, TEXT_THEN, TOOLS_STREAM
 
 EVERY_TYPE: list[frames.Header] = [

@@ -1,4 +1,4 @@
-"""The chat function's HTTP/1.1 server (durable_harness.server.httpd), as the Lambda Web Adapter uses it.
+"""The chat function's HTTP/1.1 server (lambda_fastpath.httpd), as the Lambda Web Adapter uses it.
 
 Real sockets on loopback. The adapter's side is played by httpx (a keep-alive pool, bodies with
 Content-Length, streamed reads, connections dropped mid-response, as hyper does for the adapter)
@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from durable_harness.server import httpd
+from lambda_fastpath import httpd
 
 from tests.support import serve
 

@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ReadTimeoutError, ResponseStreamingError
-from durable_harness.aws.lite import _client
-from durable_harness.aws.lite import bedrock as lite_bedrock
-from durable_harness.aws.lite._transport import Credentials
-from durable_harness.aws.lite.bedrock import BedrockRuntimeClient
-from durable_harness.aws.lite.dynamodb import DynamoDBClient
-from durable_harness.aws.lite.s3 import S3Client
 from durable_harness.models.bedrock import CLIENT_SETTINGS
+from lambda_fastpath.aws import _client
+from lambda_fastpath.aws import bedrock as lite_bedrock
+from lambda_fastpath.aws._transport import Credentials
+from lambda_fastpath.aws.bedrock import BedrockRuntimeClient
+from lambda_fastpath.aws.dynamodb import DynamoDBClient
+from lambda_fastpath.aws.s3 import S3Client
 
-from tests.aws.lite.frames import event
-from tests.aws.lite.scripted import Reply, ScriptedServer
-from tests.aws.lite.test_retries import OK, FaultServer
+from tests.lambda_fastpath.aws.frames import event
+from tests.lambda_fastpath.aws.scripted import Reply, ScriptedServer
+from tests.lambda_fastpath.aws.test_retries import OK, FaultServer
 
 KEY = {"pk": {"S": "a"}}
 GENEROUS_READ = 10.0  # each read's timeout: far above the servers' pace, so it never fires here

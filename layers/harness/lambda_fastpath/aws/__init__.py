@@ -1,4 +1,4 @@
-"""``durable_harness.aws.lite``: the functions' own small AWS clients, without botocore's machinery.
+"""``lambda_fastpath.aws``: the functions' own small AWS clients, without botocore's machinery.
 
 botocore's import and client creation are most of a function's cold start that the harness can
 cut (``bench/cold_start.py``); these clients speak exactly the operations the harness's adapters

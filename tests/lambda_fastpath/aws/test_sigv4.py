@@ -1,7 +1,7 @@
 """The lite clients' SigV4 signer against botocore's own signers, byte for byte.
 
 Each case signs the same request (URL, headers, body) at the same fixed time with
-``durable_harness.aws.lite._sigv4.sign`` and with ``botocore.auth.SigV4Auth`` /
+``lambda_fastpath.aws._sigv4.sign`` and with ``botocore.auth.SigV4Auth`` /
 ``S3SigV4Auth``; every header botocore adds must come out identical.
 """
 
@@ -15,8 +15,8 @@ import botocore.auth
 import pytest
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
-from durable_harness.aws.lite._sigv4 import sign
-from durable_harness.aws.lite._transport import Credentials
+from lambda_fastpath.aws._sigv4 import sign
+from lambda_fastpath.aws._transport import Credentials
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 KEYS = ("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
