@@ -23,6 +23,7 @@ Exit status: 1 if a script failed in either tree, else 0.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shutil
@@ -66,13 +67,16 @@ def ratio(base: float | None, head: float | None) -> str:
     return f"{head / base:.2f}{TIMES}"
 
 
-def verdict(base: float | None, head: float | None, sign: int, band: float = BAND) -> str:
-    """The verdict: "same" within ``band`` (a fraction of |base|), else "better"/"worse" in direction ``sign``."""
+def verdict(base: float | None, head: float | None, sign: int, band: float = BAND,
+            spread: tuple[list[float], list[float]] = ([], [])) -> str:  # fmt: skip
+    """The verdict: "same" within ``band`` (a fraction of |base|), or when ``spread`` (every round's
+    figure of base, of head; two rounds or more each) overlaps; else "better"/"worse" in direction ``sign``."""
     if base is None or head is None:
         return "—"
     scale = abs(base) or abs(head)
     change = (head - base) / scale if scale else 0.0
-    if abs(change) <= band:
+    (bs, hs) = spread
+    if abs(change) <= band or (len(bs) > 1 and len(hs) > 1 and min(hs) <= max(bs) and min(bs) <= max(hs)):
         return "same"
     return "better" if change * sign > 0 else "worse"
 
@@ -83,24 +87,43 @@ def cut(text: str) -> str:
     return text if len(text) <= WIDTH else text[: WIDTH - 1] + "…"
 
 
-def compare(base_rows: list[dict[str, Any]], head_rows: list[dict[str, Any]], band: float) -> list[list[str]]:
-    """One row per target report, the k-th of a target in base beside the k-th in head."""
+def median_report(reports: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[float]]:
+    """The report of the median round (lower median, by leading number) and every round's number."""
+    numbered = sorted((n, i) for i, r in enumerate(reports) if (n := leading_number(r["measured"])) is not None)
+    if not numbered:
+        return (reports[0] if reports else None), []
+    return reports[numbered[(len(numbered) - 1) // 2][1]], [n for n, _ in numbered]
+
+
+def shown(report: dict[str, Any] | None, numbers: list[float]) -> str:
+    """A measured text for the table, with the rounds' range when there are several."""
+    if report is None:
+        return "not measured"
+    return cut(report["measured"]) + (f" [{min(numbers):g} to {max(numbers):g}]" if len(numbers) > 1 else "")
+
+
+Rows = list[dict[str, Any]]
+
+
+def compare(base_runs: list[Rows], head_runs: list[Rows], band: float) -> list[list[str]]:
+    """One row per target report: the k-th of a target in base beside the k-th in head (each the median
+    of the rounds)."""
     out = []
     for target in TARGETS:
-        mine = {side: [r for r in rows if r["id"] == target.id] for side, rows in (("b", base_rows), ("h", head_rows))}
+        mine = {side: [[r for r in rows if r["id"] == target.id] for rows in runs]
+                for side, runs in (("b", base_runs), ("h", head_runs))}  # fmt: skip
         sign, why = direction(target.target)
-        for k in range(max(len(mine["b"]), len(mine["h"]), 1)):
-            b = mine["b"][k] if k < len(mine["b"]) else None
-            h = mine["h"][k] if k < len(mine["h"]) else None
+        for k in range(max(len(run) for run in mine["b"] + mine["h"]) or 1):
+            b, bs = median_report([run[k] for run in mine["b"] if k < len(run)])
+            h, hs = median_report([run[k] for run in mine["h"] if k < len(run)])
             nb = leading_number(b["measured"]) if b else None
             nh = leading_number(h["measured"]) if h else None
-            said = verdict(nb, nh, sign, band) if b and h and b["measured"] != h["measured"] else "same"
+            said = verdict(nb, nh, sign, band, (bs, hs)) if b and h and b["measured"] != h["measured"] else "same"
             if b is None or h is None:
                 said = "—"
             elif b["met"] != h["met"]:
                 said += f" ({'MET' if b['met'] else 'MISSED'}→{'MET' if h['met'] else 'MISSED'})"
-            out.append([target.metric, target.target, cut(b["measured"]) if b else "not measured",
-                        cut(h["measured"]) if h else "not measured", ratio(nb, nh), said, why,
+            out.append([target.metric, target.target, shown(b, bs), shown(h, hs), ratio(nb, nh), said, why,
                         (h or b or {}).get("script", "-")])  # fmt: skip
     return out
 
@@ -154,6 +177,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated script names (without .py) to run")
     parser.add_argument("--skip", default="", help="comma-separated script names (without .py) to skip")
     parser.add_argument("--band", type=float, default=BAND, help="the noise band, a fraction of the base figure")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each script per tree (median, range)")
     parser.add_argument("--sam", type=Path, default=HEAD / ".venv-sam/bin/sam", help="the SAM CLI for the base build")
     args = parser.parse_args()
     names = {n.strip().removesuffix(".py") for n in args.only.split(",") if n.strip()}
@@ -172,35 +196,36 @@ def main() -> None:
         try:
             prepare_base(base, rev, args.sam, any(s.stem == "cold_start" for s in todo))
             trees = {"base": base, "head": HEAD}
-            envs = {side: tree_env(tree, Path(tmp) / f"results-{side}") for side, tree in trees.items()}
+            results = {(side, r): Path(tmp) / f"results-{side}-{r}" for side in trees for r in range(args.rounds)}
             print(f"bench-compare: base {rev} ({base}), head {head_rev} ({HEAD})")
-            for side, tree in trees.items():
-                Path(envs[side][RESULTS_ENV]).mkdir()
-                check_library(tree, envs[side])
-            for i, script in enumerate(todo):
+            for (side, r), path in results.items():
+                path.mkdir()
+                if r == 0:
+                    check_library(trees[side], tree_env(trees[side], path))
+            for r, (i, script) in itertools.product(range(args.rounds), enumerate(todo)):
                 seconds: dict[str, Any] = {}
-                for side in ("base", "head") if i % 2 == 0 else ("head", "base"):
+                for side in ("base", "head") if (i + r) % 2 == 0 else ("head", "base"):  # round 2 flips each order
                     path = trees[side] / "bench" / script.name
                     if not path.exists():
                         seconds[side] = "not in tree"
                         continue
-                    print(f"\n{'=' * 100}\n$ [{side}] {Path(sys.executable).name} bench/{script.name}\n", flush=True)
+                    env = tree_env(trees[side], results[side, r])
+                    print(f"\n{'=' * 100}\n$ [{side}, round {r + 1}] python bench/{script.name}\n", flush=True)
                     t0 = time.perf_counter()
-                    code = subprocess.run([sys.executable, str(path)], env=envs[side], cwd=trees[side],
+                    code = subprocess.run([sys.executable, str(path)], env=env, cwd=trees[side],
                                           check=False).returncode  # fmt: skip
                     seconds[side] = f"{time.perf_counter() - t0:.0f}" + ("" if code == 0 else f" (exit {code})")
                     if code != 0:
                         failed.append([f"{script.name} failed in {side} (exit {code})", side])
-                timings.append([script.name, seconds.get("base", "-"), seconds.get("head", "-")])
-            base_rows = read_rows(Path(envs["base"][RESULTS_ENV]))
-            head_rows = read_rows(Path(envs["head"][RESULTS_ENV]))
+                timings.append([script.name, r + 1, seconds.get("base", "-"), seconds.get("head", "-")])
+            runs = {side: [read_rows(results[side, r]) for r in range(args.rounds)] for side in trees}
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=HEAD, check=False)
 
-    rows = compare(base_rows, head_rows, args.band)
+    rows = compare(runs["base"], runs["head"], args.band)
     counts = {v: sum(r[5].startswith(v) for r in rows) for v in ("same", "better", "worse")}
     print(f"\n{'=' * 100}\nmake bench-compare: base {rev}, head {head_rev}; {machine()}\n")
-    print(table(["script", "base seconds", "head seconds"], timings))
+    print(table(["script", "round", "base seconds", "head seconds"], timings))
     print(f"\ntargets side by side: {counts['same']} same, {counts['better']} better, {counts['worse']} worse "
           f"(noise band ±{args.band:.0%} of the base's leading number; "
           "direction inferred from the target text)\n")  # fmt: skip
