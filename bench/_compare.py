@@ -27,6 +27,7 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -188,6 +189,7 @@ def main() -> None:
     rev = git("rev-parse", "--short", args.base)
     head_rev = git("rev-parse", "--short", "HEAD") + (" + uncommitted changes" if git("status", "--porcelain") else "")
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still removes the base worktree
     failed: list[list[Any]] = []
     timings: list[list[Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
