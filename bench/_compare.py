@@ -13,9 +13,11 @@ The table pairs the k-th report of a target in either tree: both measured texts,
 leading numbers, and a verdict in the target's direction. ``_targets.py`` records no direction, so it is
 inferred from the target text: "≥" means higher is better; "≤", and any other target (a count, "do not
 grow", "0 while it waits"), lower. Within the noise band (``--band``, ±15 % of the base figure by
-default) the verdict is "same"; a MET/MISSED flip is shown next to it.
+default) the verdict is "same"; a MET/MISSED flip is shown next to it. With ``--rounds N`` each script
+runs N times per tree (each round flips the order): the table shows the median round with the rounds'
+range, and two ranges that overlap are "same" too (the scripts' own spread as the band).
 
-    .venv/bin/python bench/_compare.py --base a005047 [--only cold_start,relay_latency] [--skip peers]
+    .venv/bin/python bench/_compare.py --base a005047 [--only cold_start,relay_latency] [--skip peers] [--rounds 2]
 
 Exit status: 1 if a script failed in either tree, else 0.
 """
