@@ -179,6 +179,18 @@ bench: setup deploy-checks
 	@$(MAKE) --no-print-directory bench-peers-setup || echo "bench: the peers' venv failed to install; peers.py will report it" >&2
 	PYTHON312="$(PYTHON312)" $(PY) bench/_run_all.py
 
+# make bench-compare BASE=<commit> [ONLY=a,b] [SKIP=c,d] [ROUNDS=n]: every bench/*.py in this tree and in a detached
+# worktree of BASE (its own sam build, its own library), alternating per script, then one table of the
+# targets side by side: both figures, head/base, same/better/worse within a noise band (bench/README.md).
+.PHONY: bench-compare bench-compare-base
+bench-compare-base:  # first, so that a missing BASE is said before the minutes of deploy-checks
+	@if [ -z "$(BASE)" ]; then echo "usage: make bench-compare BASE=<commit> [ONLY=a,b] [SKIP=c,d] [ROUNDS=n]" >&2; exit 2; fi
+
+bench-compare: bench-compare-base setup deploy-checks
+	@$(MAKE) --no-print-directory bench-peers-setup || echo "bench-compare: the peers' venv failed to install; peers.py will report it" >&2
+	PYTHON312="$(PYTHON312)" $(PY) bench/_compare.py --base "$(BASE)" --sam "$(abspath $(SAM_VENV))/bin/sam" \
+	  $(if $(ONLY),--only "$(ONLY)") $(if $(SKIP),--skip "$(SKIP)") $(if $(ROUNDS),--rounds "$(ROUNDS)")
+
 # bench/peers.py's peers (LangGraph, DBOS + Pydantic AI) in their own venv: they pin versions that may
 # clash with ours. Its PostgreSQL is Debian's, installed by the script when missing (as root).
 PEERS_VENV := bench/.venv-peers
