@@ -204,10 +204,10 @@ async def test_a_heartbeat_that_comes_before_the_task_waits_keeps_the_slice_in_p
     assert stack.calls_of("SliceFunction", run_id) == []
 
 
-def short_heartbeat(stack: MotoStack) -> None:
-    """A 1 s heartbeat timeout (beats every third of it), below the template's bounds, for speed."""
+def short_heartbeat(stack: MotoStack, seconds: int = 1) -> None:
+    """A heartbeat timeout of ``seconds`` (beats every third of it), below the template's bounds, for speed."""
     env = stack.functions["ChatFunction"].env
-    env["INLINE_HEARTBEAT_SECONDS"] = "1"
+    env["INLINE_HEARTBEAT_SECONDS"] = str(seconds)
     env.pop("INLINE_HEARTBEAT_INTERVAL")
 
 
@@ -312,8 +312,10 @@ async def test_a_client_that_drops_mid_stream_changes_nothing(stack: MotoStack) 
 async def test_a_cancel_during_the_in_process_slice_ends_the_run_once(stack: MotoStack) -> None:
     # moto ends a stopped execution only once its callback task stops waiting, at the next heartbeat
     # or its timeout (AWS stops it at once; see moto_repairs.repair_errors_after_stop): a short heartbeat
-    # keeps that quick.
-    short_heartbeat(stack)
+    # keeps that quick. Not 1 s: the chat function must not miss its timeout while the test waits to
+    # cancel (a 1 s timeout beaten every 0.33 s was missed on a loaded 2-core machine, and the slice
+    # function took over before the stop); beats every 1.33 s still end the stopped execution soon.
+    short_heartbeat(stack, seconds=4)
     agents.CONTROL.gate = gate = threading.Event()
     post, response, _ = await started_post(chat_app(stack))
     run_id = response.headers["x-workflow-run-id"]
