@@ -173,14 +173,14 @@ class AsyncChunkStream(StreamBase, _AsyncChunks):
                     else:
                         self._opened(response, initial=initial)
                         async for data in response.aiter_bytes():
-                            for pair in cursor.feed(data):
+                            for pair in cursor.feed(data):  # which stops at `finish`
                                 yield pair
-                                if cursor.finished:
-                                    return
-                        for pair in cursor.eof():
-                            yield pair
                             if cursor.finished:
                                 return
+                        for pair in cursor.eof():
+                            yield pair
+                        if cursor.finished:
+                            return
                 except httpx.RequestError as exc:
                     error = describe_transport_error(exc, str(request.url))
                 except ChunkError as exc:

@@ -199,14 +199,12 @@ class ChunkStream(StreamBase, _Chunks):
                     else:
                         self._opened(response, initial=initial)
                         for data in response.iter_bytes():
-                            for pair in cursor.feed(data):
-                                yield pair
-                                if cursor.finished:
-                                    return
-                        for pair in cursor.eof():
-                            yield pair
+                            yield from cursor.feed(data)  # which stops at `finish`
                             if cursor.finished:
                                 return
+                        yield from cursor.eof()
+                        if cursor.finished:
+                            return
                 except httpx.RequestError as exc:
                     error = describe_transport_error(exc, str(request.url))
                 except ChunkError as exc:
