@@ -53,7 +53,6 @@ from ..harness.bridge.client import (
 from ..harness.bridge.transport import SessionSpec, SessionTransport, TransportFactory
 from ..protocol.sse import SSEParser
 from . import lite
-from ._errors import has_code
 from .lite._client import THROTTLING_CODES, TRANSIENT_CODES
 from .lite.agentcore import MAX_SESSION_ID, MIN_SESSION_ID, AgentCoreClient, ResponseStream
 
@@ -229,9 +228,11 @@ class AgentCoreConnection(SessionCommands):
             arguments["qualifier"] = self.qualifier
         try:
             self._client.stop_runtime_session(**arguments)
-        except (ClientError, BotoCoreError) as exc:
-            if not has_code(exc, "ResourceNotFoundException"):  # already ended
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":  # already ended
                 raise _translate(exc, f"stop of session {self.session_id}") from exc
+        except BotoCoreError as exc:
+            raise _translate(exc, f"stop of session {self.session_id}") from exc
 
     async def aclose(self) -> None:
         """Nothing to close: the lite client's connections are pooled per thread."""
