@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TextIO
 
 from .client import ChatClient, ChatClientError, Conversation, ResponseError, TurnStream
@@ -75,29 +75,21 @@ class Timings:
         return text
 
 
+@dataclass(eq=False)
 class DeployCheck:
-    """The check of one server (see the module docstring); :meth:`run` runs every step.
+    """The check of the server ``client`` talks to (see the module docstring); :meth:`run` runs
+    every step.
 
     ``clock`` measures the timings (monotonic seconds); ``out`` gets one line per step.
     """
 
-    def __init__(
-        self,
-        client: ChatClient,
-        *,
-        out: TextIO,
-        prompt: str = DEFAULT_PROMPT,
-        approval_prompt: str | None = None,
-        cancel_prompt: str = DEFAULT_CANCEL_PROMPT,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """Check the server ``client`` talks to."""
-        self.client = client
-        self.out = out
-        self.prompt = prompt
-        self.approval_prompt = approval_prompt
-        self.cancel_prompt = cancel_prompt
-        self.clock = clock
+    client: ChatClient
+    _: KW_ONLY
+    out: TextIO
+    prompt: str = DEFAULT_PROMPT
+    approval_prompt: str | None = None
+    cancel_prompt: str = DEFAULT_CANCEL_PROMPT
+    clock: Callable[[], float] = time.monotonic
 
     def run(self) -> None:
         """Every step in order; raises :class:`CheckFailed` at the first failure."""

@@ -139,9 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     # Defaults from the settings (durable_harness.settings): DATA_DIR (else .data), AGENT, SLICE_SECONDS.
     serve.add_argument("--data-dir", default=None, help="the data folder (env DATA_DIR; default .data)")
-    serve.add_argument(
-        "--agent", default=None, help="module:attribute (env AGENT): the agent, and its runs' identity"
-    )
+    serve.add_argument("--agent", default=None, help="module:attribute (env AGENT): the agent, and its runs' identity")
     serve.add_argument("--slice-seconds", type=float, default=None, help="one slice's budget (env SLICE_SECONDS)")
     serve.add_argument("--demo-delay", type=float, default=float(os.environ.get("DEMO_DELAY", "0.03")))
     serve.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))

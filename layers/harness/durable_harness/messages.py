@@ -213,17 +213,10 @@ _MESSAGES: TypeAdapter[list[ModelMessage]] = TypeAdapter(list[ModelMessage])
 
 def parse_messages(data: list[dict[str, Any]]) -> list[ModelMessage]:
     """Model messages from their JSON objects (accepts a plain string as user/assistant content)."""
-    normalized = []
-    for item in data:
-        if (
-            isinstance(item, dict)
-            and isinstance(item.get("content"), str)
-            and item.get("role")
-            in (
-                "user",
-                "assistant",
-            )
-        ):
-            item = {**item, "content": [{"type": "text", "text": item["content"]}]}
-        normalized.append(item)
+    normalized = [
+        {**item, "content": [{"type": "text", "text": item["content"]}]}
+        if isinstance(item, dict) and isinstance(item.get("content"), str) and item.get("role") in ("user", "assistant")
+        else item
+        for item in data
+    ]
     return _MESSAGES.validate_python(normalized)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
 from ..errors import ToolError
@@ -78,23 +78,16 @@ class Recorded:
     others_running: bool
 
 
+@dataclass(eq=False)
 class ToolRunner:
     """Executes calls of one step for an agent's tool set."""
 
-    def __init__(
-        self,
-        tools: Mapping[str, Tool],
-        *,
-        concurrency: int | None,
-        tools_context: Mapping[str, Any],
-        on_start: Callable[[StepCall], Any] | None = None,
-        on_end: Callable[[StepCall, StepOutcome], Any] | None = None,
-    ) -> None:
-        self.tools = tools
-        self.concurrency = concurrency
-        self.tools_context = tools_context
-        self.on_start = on_start
-        self.on_end = on_end
+    tools: Mapping[str, Tool]
+    _: KW_ONLY
+    concurrency: int | None
+    tools_context: Mapping[str, Any]
+    on_start: Callable[[StepCall], Any] | None = None
+    on_end: Callable[[StepCall, StepOutcome], Any] | None = None
 
     def context(self, call: StepCall, state: LoopTurnState, messages: list[ModelMessage] | None = None) -> ToolContext:
         """The context a call's tool receives: the turn's current ``runtime_context`` (which

@@ -11,6 +11,7 @@ Without such a model they are ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,27 +36,17 @@ def call_options_value(model: type[BaseModel] | None, stored: dict[str, Any] | N
     return model.model_validate(stored)
 
 
+@dataclass(eq=False, kw_only=True)
 class Preparation:
     """Runs ``prepare_call`` (once per run) and ``prepare_step`` (before each model call)."""
 
-    def __init__(
-        self,
-        *,
-        instructions: str | None,
-        tool_choice: Any,
-        active_tools: list[str] | None,
-        settings: dict[str, Any],
-        call_options_model: type[BaseModel] | None,
-        prepare_call: PrepareHook | None,
-        prepare_step: PrepareHook | None,
-    ) -> None:
-        self.instructions = instructions
-        self.tool_choice = tool_choice
-        self.active_tools = active_tools
-        self.settings = settings
-        self.call_options_model = call_options_model
-        self.prepare_call = prepare_call
-        self.prepare_step = prepare_step
+    instructions: str | None
+    tool_choice: Any
+    active_tools: list[str] | None
+    settings: dict[str, Any]
+    call_options_model: type[BaseModel] | None
+    prepare_call: PrepareHook | None
+    prepare_step: PrepareHook | None
 
     async def call(self, state: LoopTurnState) -> None:
         """Run ``prepare_call``; what it decides is checkpointed in ``state.prepared``."""

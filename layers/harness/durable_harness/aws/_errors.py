@@ -30,6 +30,7 @@ __all__ = [
     "check_format",
     "error_code",
     "error_item",
+    "has_code",
     "http_status",
     "object_body",
     "translate",
@@ -54,6 +55,11 @@ def error_item(exc: ClientError) -> dict[str, Any] | None:
     """
     item = exc.response.get("Item")
     return item if isinstance(item, dict) and item else None
+
+
+def has_code(exc: Exception, *codes: str) -> bool:
+    """Whether ``exc`` is an AWS error response with one of ``codes``."""
+    return isinstance(exc, ClientError) and error_code(exc) in codes
 
 
 def translate(exc: Exception, what: str) -> HarnessError:
@@ -84,11 +90,9 @@ def object_body(s3_client: Any, bucket: str, key: str, what: str) -> bytes | Non
     means); other failures as :func:`translate` says."""
     try:
         return bytes(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
-    except ClientError as exc:
-        if error_code(exc) in ("NoSuchKey", "404"):
+    except (ClientError, BotoCoreError) as exc:
+        if has_code(exc, "NoSuchKey", "404"):
             return None
-        raise translate(exc, what) from exc
-    except BotoCoreError as exc:
         raise translate(exc, what) from exc
 
 

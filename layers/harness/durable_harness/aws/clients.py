@@ -105,4 +105,3 @@ class LazyClient:
         if self._client is None:
             self._client = self._make()  # make() must be idempotent: two threads may race here (client_for is)
         return getattr(self._client, name)
-

@@ -166,9 +166,7 @@ def build_runtime(
         on_created=log.note_fresh,  # a run created here opens its log without a look at its top
     )  # fmt: skip
     try:
-        orchestrator = StepFunctionsOrchestrator(
-            state_machine, client=sfn, incarnation=store.incarnation
-        )
+        orchestrator = StepFunctionsOrchestrator(state_machine, client=sfn, incarnation=store.incarnation)
     except ValueError as exc:
         raise AwsConfigError(f"STATE_MACHINE_ARN: {exc}") from None
     heartbeat, interval = settings.inline_heartbeat_seconds, settings.inline_heartbeat_interval

@@ -31,7 +31,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import FatalError
-from ._errors import error_code, translate
+from ._errors import has_code, translate
 
 __all__ = ["ExecutionNameTakenError", "StepFunctionsOrchestrator", "execution_name"]
 
@@ -125,15 +125,13 @@ class StepFunctionsOrchestrator:
             self._sfn.start_execution(
                 stateMachineArn=self._arn, name=name, input=self.execution_input(run_id, incarnation, inline)
             )
-        except ClientError as exc:
-            if error_code(exc) != "ExecutionAlreadyExists":
+        except (ClientError, BotoCoreError) as exc:
+            if not has_code(exc, "ExecutionAlreadyExists"):
                 raise translate(exc, f"starting run {run_id!r}") from exc
             # Running with another input, or closed: if it is this incarnation's, the run was
             # already started, and starting it twice must not drive it twice.
             self._check_own(run_id, incarnation, name)
             logger.info("run %s: execution %s already exists; not starting another", run_id, name)
-        except BotoCoreError as exc:
-            raise translate(exc, f"starting run {run_id!r}") from exc
 
     def _check_own(self, run_id: str, incarnation: str | None, name: str) -> None:
         """Raise ``ExecutionNameTakenError`` unless execution ``name`` drives this run incarnation."""
@@ -161,11 +159,9 @@ class StepFunctionsOrchestrator:
             arn = self.execution_arn(run_id, generation, incarnation)
             try:
                 status = self._sfn.describe_execution(executionArn=arn)["status"]
-            except ClientError as exc:
-                if error_code(exc) == "ExecutionDoesNotExist":
+            except (ClientError, BotoCoreError) as exc:
+                if has_code(exc, "ExecutionDoesNotExist"):
                     return
-                raise translate(exc, f"cancelling run {run_id!r}") from exc
-            except BotoCoreError as exc:
                 raise translate(exc, f"cancelling run {run_id!r}") from exc
             if status == "RUNNING":
                 self._stop(run_id, arn)
@@ -173,9 +169,7 @@ class StepFunctionsOrchestrator:
     def _stop(self, run_id: str, arn: str) -> None:
         try:
             self._sfn.stop_execution(executionArn=arn, error="Cancelled", cause="The run was cancelled.")
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             # Stopping an execution that just ended is not a failure: the goal is reached.
-            if error_code(exc) != "ExecutionDoesNotExist":
+            if not has_code(exc, "ExecutionDoesNotExist"):
                 raise translate(exc, f"cancelling run {run_id!r}") from exc
-        except BotoCoreError as exc:
-            raise translate(exc, f"cancelling run {run_id!r}") from exc

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 import httpx
@@ -43,9 +42,7 @@ class _AsyncChunks(AsyncIterator[UIMessageChunk]):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
@@ -173,14 +170,14 @@ class AsyncChunkStream(StreamBase, _AsyncChunks):
                     else:
                         self._opened(response, initial=initial)
                         async for data in response.aiter_bytes():
-                            for pair in cursor.feed(data):
+                            for pair in cursor.feed(data):  # which stops at `finish`
                                 yield pair
-                                if cursor.finished:
-                                    return
-                        for pair in cursor.eof():
-                            yield pair
                             if cursor.finished:
                                 return
+                        for pair in cursor.eof():
+                            yield pair
+                        if cursor.finished:
+                            return
                 except httpx.RequestError as exc:
                     error = describe_transport_error(exc, str(request.url))
                 except ChunkError as exc:

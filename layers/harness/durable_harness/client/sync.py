@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 import httpx
@@ -43,7 +42,7 @@ class _Chunks(Iterator[UIMessageChunk]):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -199,14 +198,12 @@ class ChunkStream(StreamBase, _Chunks):
                     else:
                         self._opened(response, initial=initial)
                         for data in response.iter_bytes():
-                            for pair in cursor.feed(data):
-                                yield pair
-                                if cursor.finished:
-                                    return
-                        for pair in cursor.eof():
-                            yield pair
+                            yield from cursor.feed(data)  # which stops at `finish`
                             if cursor.finished:
                                 return
+                        yield from cursor.eof()
+                        if cursor.finished:
+                            return
                 except httpx.RequestError as exc:
                     error = describe_transport_error(exc, str(request.url))
                 except ChunkError as exc:

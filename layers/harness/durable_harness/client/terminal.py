@@ -12,11 +12,10 @@ import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..protocol.ui_chunks import UIMessageChunk
 from ._common import generate_id
 from ._cursor import ReconnectEvent
 from .errors import ChatClientError, ResponseError
@@ -243,7 +242,7 @@ def run_follow(
             client.resume(run_id, start_index, drop_orphans=False) as stream,
         ):
             renderer.wait("waiting")
-            for raw, chunk in _pairs(stream):
+            for raw, chunk in iter(stream.next_pair, None):  # next_pair's StopIteration ends it
                 if as_json:
                     term.stdout.write(json.dumps(raw, ensure_ascii=False, separators=(",", ":")) + "\n")
                     term.stdout.flush()
@@ -261,14 +260,6 @@ def run_follow(
         renderer.close()
     renderer.end_line()
     return 0
-
-
-def _pairs(stream: Any) -> Iterator[tuple[dict[str, Any], UIMessageChunk]]:
-    while True:
-        try:
-            yield stream.next_pair()
-        except StopIteration:
-            return
 
 
 def run_cancel(url: str, token: str | None, run_id: str, term: Terminal) -> int:

@@ -54,18 +54,21 @@ from ..protocol import harness_parts as hp
 from ..wire import ProviderMetadata
 from .base import ModelRequest, ModelStreamPart
 from .provider_utils import (
-    STANDARD_SETTINGS,
     ApiKey,
     HttpModel,
     add_turn,
+    cached_usage,
+    copy_settings,
     drain,
     error_detail,
+    finish_part,
     forced_tool,
     merge_provider_settings,
     parse_data_url,
     redact,
     tool_input_object,
     tool_output_text,
+    tool_spec,
     unsupported_settings,
 )
 
@@ -82,6 +85,8 @@ _STOP_REASONS = {
     "tool_use": "tool-calls",
     "refusal": "content-filter",
 }
+_SETTINGS = {name: name for name in ("temperature", "top_p", "top_k", "stop_sequences")}
+"""The standard settings sent as they are (``max_output_tokens`` is ``max_tokens``, always sent)."""
 _RETRYABLE_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
 
@@ -125,14 +130,7 @@ class AnthropicModel(HttpModel):
         if system:
             body["system"] = system
         body["messages"] = messages
-        tools = [
-            {
-                "name": t.name,
-                **({"description": t.description} if t.description else {}),
-                "input_schema": t.input_schema,
-            }
-            for t in request.tools
-        ]
+        tools = [tool_spec(t, "input_schema") for t in request.tools]
         choice = request.tool_choice
         tool_choice: dict[str, Any] | None = None
         if tools:
@@ -155,14 +153,7 @@ class AnthropicModel(HttpModel):
         if tools:
             body["tools"] = tools
             body["tool_choice"] = tool_choice
-        for ours, theirs in (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("top_k", "top_k"),
-            ("stop_sequences", "stop_sequences"),
-        ):
-            if settings.get(ours) is not None:
-                body[theirs] = settings[ours]
+        copy_settings(body, settings, _SETTINGS)
         merge_provider_settings(body, settings.get("anthropic"))
         body["stream"] = True
         return body
@@ -170,8 +161,7 @@ class AnthropicModel(HttpModel):
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamPart]:
         """Call the model once and yield its parts."""
         body = self.request_body(request)
-        supported = {"max_output_tokens", "temperature", "top_p", "top_k", "stop_sequences"}
-        warnings = unsupported_settings(request.settings, supported & STANDARD_SETTINGS)
+        warnings = unsupported_settings(request.settings, {"max_output_tokens", *_SETTINGS})
         api_key = await self.api_key()
         headers = {
             "content-type": "application/json",
@@ -424,25 +414,10 @@ class _StreamState:
         ]
 
     def _finish(self) -> hp.FinishPart:
-        raw = self.stop_reason
-        unified = _STOP_REASONS.get(raw, "other") if raw else "other"
-        if unified == "tool-calls" and self.json_mode and not self.tool_calls:
-            unified = "stop"  # the structured answer came as the json tool's input
-        return hp.FinishPart(
-            finish_reason=hp.FinishReason(unified=unified, raw=raw),  # type: ignore[arg-type]
-            total_usage=_usage(self.usage),
+        raw, usage = self.stop_reason, self.usage
+        # No tool call of the agent's: the structured answer came as the json tool's input, a stop.
+        answered = self.json_mode and not self.tool_calls and _STOP_REASONS.get(raw or "") == "tool-calls"
+        total = cached_usage(
+            usage, "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"
         )
-
-
-def _usage(raw: dict[str, Any]) -> hp.Usage:
-    fresh = raw.get("input_tokens")
-    read = raw.get("cache_read_input_tokens")
-    write = raw.get("cache_creation_input_tokens")
-    counts = [v for v in (fresh, read, write) if isinstance(v, int)]
-    return hp.Usage(
-        input_tokens=hp.InputTokens(
-            total=sum(counts) if counts else None, no_cache=fresh, cache_read=read, cache_write=write
-        ),
-        output_tokens=hp.OutputTokens(total=raw.get("output_tokens")),
-        raw=raw or None,
-    )
+        return finish_part(raw, _STOP_REASONS, total, unified="stop" if answered else None)

@@ -59,14 +59,17 @@ from ..wire import compact_json
 from .base import ModelRequest, ModelStreamPart
 from .bedrock_errors import model_error
 from .provider_utils import (
-    STANDARD_SETTINGS,
     add_turn,
+    cached_usage,
+    copy_settings,
+    finish_part,
     forced_tool,
     merge_provider_settings,
     parse_data_url,
     tool_input_object,
     tool_input_text,
     tool_output_text,
+    tool_spec,
     unsupported_settings,
 )
 
@@ -79,6 +82,13 @@ _STOP_REASONS = {
     "guardrail_intervened": "content-filter",
     "content_filtered": "content-filter",
 }
+_SETTINGS = {
+    "max_output_tokens": "maxTokens",
+    "temperature": "temperature",
+    "top_p": "topP",
+    "stop_sequences": "stopSequences",
+}
+"""The standard settings Converse takes, by their ``inferenceConfig`` names."""
 _IMAGE_FORMATS = {
     "image/png": "png",
     "image/jpeg": "jpeg",
@@ -187,27 +197,11 @@ class BedrockConverseModel:
             arguments["system"] = system
         inference = dict(self.inference_config)
         settings = request.settings
-        for ours, theirs in (
-            ("max_output_tokens", "maxTokens"),
-            ("temperature", "temperature"),
-            ("top_p", "topP"),
-            ("stop_sequences", "stopSequences"),
-        ):
-            if settings.get(ours) is not None:
-                inference[theirs] = settings[ours]
+        copy_settings(inference, settings, _SETTINGS)
         if inference:
             arguments["inferenceConfig"] = inference
         if tools:
-            specs = [
-                {
-                    "toolSpec": {
-                        "name": t.name,
-                        **({"description": t.description} if t.description else {}),
-                        "inputSchema": {"json": t.input_schema},
-                    }
-                }
-                for t in tools
-            ]
+            specs = [{"toolSpec": tool_spec(t, "inputSchema", {"json": t.input_schema})} for t in tools]
             tool_config: dict[str, Any] = {"tools": specs}
             choice = request.tool_choice
             if isinstance(choice, dict):
@@ -229,8 +223,7 @@ class BedrockConverseModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamPart]:
         """Call the model once and yield its parts."""
         arguments = self.request_arguments(request)
-        supported = {"max_output_tokens", "temperature", "top_p", "stop_sequences"}
-        warnings = unsupported_settings(request.settings, supported & STANDARD_SETTINGS)
+        warnings = unsupported_settings(request.settings, _SETTINGS)
         try:
             response = await asyncio.to_thread(self._call, arguments)
         except ModelError:
@@ -464,19 +457,5 @@ class _StreamState:
     def finish(self) -> hp.FinishPart:
         if self.stop_reason is None:
             raise ModelError("Bedrock stream ended before messageStop", retryable=True)
-        raw = self.stop_reason
-        usage = self.usage
-        fresh = usage.get("inputTokens")
-        read = usage.get("cacheReadInputTokens")
-        write = usage.get("cacheWriteInputTokens")
-        counts = [v for v in (fresh, read, write) if isinstance(v, int)]
-        return hp.FinishPart(
-            finish_reason=hp.FinishReason(unified=_STOP_REASONS.get(raw, "other"), raw=raw),  # type: ignore[arg-type]
-            total_usage=hp.Usage(
-                input_tokens=hp.InputTokens(
-                    total=sum(counts) if counts else None, no_cache=fresh, cache_read=read, cache_write=write
-                ),
-                output_tokens=hp.OutputTokens(total=usage.get("outputTokens")),
-                raw=usage or None,
-            ),
-        )
+        usage = cached_usage(self.usage, "inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens", "outputTokens")
+        return finish_part(self.stop_reason, _STOP_REASONS, usage)

@@ -50,14 +50,17 @@ from .provider_utils import (
     STANDARD_SETTINGS,
     ApiKey,
     HttpModel,
+    copy_settings,
     drain,
     error_detail,
+    finish_part,
     forced_tool,
     merge_provider_settings,
     parse_data_url,
     redact,
     tool_input_text,
     tool_output_text,
+    tool_spec,
     unsupported_settings,
 )
 
@@ -70,6 +73,16 @@ _FINISH_REASONS = {
     "function_call": "tool-calls",
     "content_filter": "content-filter",
 }
+_SETTINGS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "stop_sequences": "stop",
+    "seed": "seed",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+"""The standard settings sent as they are, by their Chat Completions names (``max_output_tokens``
+is sent too, under a name that depends on the server)."""
 _CLIENT_ERROR_TYPES = frozenset(
     {"invalid_request_error", "authentication_error", "permission_error", "not_found_error", "invalid_api_key"}
 )
@@ -110,17 +123,7 @@ class OpenAIChatModel(HttpModel):
             "stream_options": {"include_usage": True},
         }
         if request.tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        **({"description": t.description} if t.description else {}),
-                        "parameters": t.input_schema,
-                    },
-                }
-                for t in request.tools
-            ]
+            body["tools"] = [{"type": "function", "function": tool_spec(t, "parameters")} for t in request.tools]
             body["tool_choice"] = _tool_choice(request.tool_choice)
         if request.response_format is not None:
             body["response_format"] = {
@@ -131,16 +134,7 @@ class OpenAIChatModel(HttpModel):
         if settings.get("max_output_tokens") is not None:
             key = "max_completion_tokens" if self.base_url == DEFAULT_BASE_URL else "max_tokens"
             body[key] = settings["max_output_tokens"]
-        for ours, theirs in (
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("stop_sequences", "stop"),
-            ("seed", "seed"),
-            ("presence_penalty", "presence_penalty"),
-            ("frequency_penalty", "frequency_penalty"),
-        ):
-            if settings.get(ours) is not None:
-                body[theirs] = settings[ours]
+        copy_settings(body, settings, _SETTINGS)
         merge_provider_settings(body, settings.get("openai"))
         return body
 
@@ -328,16 +322,7 @@ class _StreamState:
     def on_end(self) -> list[ModelStreamPart]:
         if not self.done and self.finish_raw is None:
             raise ModelError("OpenAI stream ended before the response finished", retryable=True)
-        parts = self._close_all()
-        raw = self.finish_raw
-        unified = _FINISH_REASONS.get(raw, "other") if raw else "other"
-        parts.append(
-            hp.FinishPart(
-                finish_reason=hp.FinishReason(unified=unified, raw=raw),  # type: ignore[arg-type]
-                total_usage=_usage(self.usage),
-            )
-        )
-        return parts
+        return [*self._close_all(), finish_part(self.finish_raw, _FINISH_REASONS, _usage(self.usage))]
 
     def _close_open(self) -> list[ModelStreamPart]:
         if self.open_kind is None:

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 if TYPE_CHECKING:  # httpx is imported where a request is made: the Bedrock provider never needs it
     import httpx
 
+    from .base import ToolDefinition
+
 STANDARD_SETTINGS = frozenset(
     {
         "max_output_tokens",
@@ -210,6 +212,47 @@ def tool_input_object(value: Any) -> dict[str, Any]:
         except ValueError:
             return {}
     return value if isinstance(value, dict) else {}
+
+
+def copy_settings(target: dict[str, Any], settings: Mapping[str, Any], names: Mapping[str, str]) -> None:
+    """Set the standard ``settings`` that have a value in ``target``, under the provider's ``names``."""
+    target.update({theirs: settings[ours] for ours, theirs in names.items() if settings.get(ours) is not None})
+
+
+def tool_spec(tool: ToolDefinition, schema_key: str, schema: Any = None) -> dict[str, Any]:
+    """A tool as a provider declares it: its name, its description if it has one, and its input
+    schema (or ``schema``, the provider's wrapping of it) under ``schema_key``."""
+    spec: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        spec["description"] = tool.description
+    spec[schema_key] = tool.input_schema if schema is None else schema
+    return spec
+
+
+def finish_part(
+    raw: str | None, reasons: Mapping[str, str], usage: hp.Usage, unified: str | None = None
+) -> hp.FinishPart:
+    """The ``finish`` part of the provider's stop reason ``raw``, unified through ``reasons`` (else
+    ``"other"``) unless ``unified`` is given."""
+    unified = unified or (reasons.get(raw, "other") if raw else "other")
+    return hp.FinishPart(
+        finish_reason=hp.FinishReason(unified=unified, raw=raw),  # type: ignore[arg-type]
+        total_usage=usage,
+    )
+
+
+def cached_usage(raw: dict[str, Any], fresh_key: str, read_key: str, write_key: str, output_key: str) -> hp.Usage:
+    """The usage in ``raw`` of a provider that counts cache reads and writes apart from the fresh
+    input tokens (Anthropic, Bedrock; the keys are its names of the counts): the input total is their sum."""
+    fresh, read, write = raw.get(fresh_key), raw.get(read_key), raw.get(write_key)
+    counts = [v for v in (fresh, read, write) if isinstance(v, int)]
+    return hp.Usage(
+        input_tokens=hp.InputTokens(
+            total=sum(counts) if counts else None, no_cache=fresh, cache_read=read, cache_write=write
+        ),
+        output_tokens=hp.OutputTokens(total=raw.get(output_key)),
+        raw=raw or None,
+    )
 
 
 def merge_provider_settings(body: dict[str, Any], extra: Any) -> None:

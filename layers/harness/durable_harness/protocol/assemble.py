@@ -33,6 +33,12 @@ def _nullish(value: Any) -> bool:
     return value is _UNDEF or value is None
 
 
+def _set(target: dict[str, Any], key: str, value: Any) -> None:
+    # ``if (value != null) obj.key = value``.
+    if not _nullish(value):
+        target[key] = value
+
+
 def _put(target: dict[str, Any], key: str, value: Any) -> None:
     # ``obj.key = value``, then JSON.stringify: an undefined value drops the key.
     if value is _UNDEF:
@@ -185,17 +191,14 @@ class UIMessageAssembler:
                 found["text"] += chunk["delta"]
             else:
                 found["state"] = "done"
-                if not _nullish(chunk.get("citations")):
-                    found["citations"] = chunk["citations"]
+                _set(found, "citations", chunk.get("citations"))
                 del active[chunk["id"]]
-            if not _nullish(chunk.get("providerMetadata")):
-                found["providerMetadata"] = chunk["providerMetadata"]
+            _set(found, "providerMetadata", chunk.get("providerMetadata"))
         elif kind in _PLAIN_PART_KEYS:
             plain = {"type": kind}
             for key in _PLAIN_PART_KEYS[kind]:
-                if not _nullish(chunk.get(key)):
-                    plain[key] = copy.deepcopy(chunk[key])
-            parts.append(plain)
+                _set(plain, key, chunk.get(key))
+            parts.append(copy.deepcopy(plain))
         elif kind.startswith("tool-"):
             self._tool_chunk(chunk)
         elif kind == "start-step":
@@ -205,8 +208,7 @@ class UIMessageAssembler:
             del parts[len(parts) - len(self._step_parts()) :]
             self._active_text, self._active_reasoning, self._partial_tools = {}, {}, {}
         elif kind == "start":
-            if not _nullish(chunk.get("messageId")):
-                self._message["id"] = chunk["messageId"]
+            _set(self._message, "id", chunk.get("messageId"))
             self._merge_metadata(chunk.get("messageMetadata"))
         elif kind == "finish":
             self.finished = True
@@ -287,15 +289,12 @@ class UIMessageAssembler:
             part = self._invocation(call_id)
             part["state"] = "approval-requested"
             approval: dict[str, Any] = {"id": chunk["approvalId"]}
-            if not _nullish(chunk.get("approvalDescriptor")):
-                approval["descriptor"] = chunk["approvalDescriptor"]
+            _set(approval, "descriptor", chunk.get("approvalDescriptor"))
             approval |= _pick(chunk, "inputSchemaInput")  # kept even when null
-            if not _nullish(chunk.get("reason")):
-                approval["requestReason"] = chunk["reason"]
+            _set(approval, "requestReason", chunk.get("reason"))
             if chunk.get("isAutomatic") is True:
                 approval["isAutomatic"] = True
-            if not _nullish(chunk.get("signature")):
-                approval["signature"] = chunk["signature"]
+            _set(approval, "signature", chunk.get("signature"))
             part["approval"] = approval
         elif kind == "tool-approval-response":
             approval_id = chunk["approvalId"]
@@ -306,10 +305,8 @@ class UIMessageAssembler:
             part["state"] = "approval-responded"
             reason = {} if _nullish(chunk.get("reason")) else {"reason": chunk["reason"]}
             part["approval"] = part["approval"] | {"id": approval_id, "approved": chunk["approved"]} | reason
-            if not _nullish(chunk.get("providerExecuted")):
-                part["providerExecuted"] = chunk["providerExecuted"]
-            if not _nullish(chunk.get("providerMetadata")):
-                part["callProviderMetadata"] = chunk["providerMetadata"]
+            _set(part, "providerExecuted", chunk.get("providerExecuted"))
+            _set(part, "callProviderMetadata", chunk.get("providerMetadata"))
         elif kind == "tool-output-denied":
             self._invocation(call_id)["state"] = "output-denied"
         elif kind in ("tool-output-available", "tool-output-error"):
@@ -356,8 +353,7 @@ class UIMessageAssembler:
         for key in ("input", "output", "errorText", "rawInput", "inputEncoding", "preliminary"):
             _put(part, key, options.get(key, _UNDEF))
         part |= _pick(options, "title", "toolMetadata")
-        if not _nullish(options.get("providerExecuted")):
-            part["providerExecuted"] = options["providerExecuted"]  # once set, it stays
+        _set(part, "providerExecuted", options.get("providerExecuted"))  # once set, it stays
         part |= metadata
 
 

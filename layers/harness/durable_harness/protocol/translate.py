@@ -247,29 +247,17 @@ class StreamTranslator:
         else:
             available = ", ".join(sorted(self._tool_names or ()))
             error = ToolError(f"Model tried to call unavailable tool '{name}'. Available tools: {available}.")
-        chunk: uc.UIMessageChunk
         if error is not None:
             ok, value = _parse_json(part.input)
             value = value if ok else part.input
             dynamic = True
-            chunk = uc.ToolInputErrorChunk(
-                tool_call_id=part.tool_call_id,
-                tool_name=name,
-                input=value,
-                provider_executed=part.provider_executed,
-                provider_metadata=part.provider_metadata,
-                dynamic=True,
-                error_text=self._on_error(error),
-            )
-        else:
-            chunk = uc.ToolInputAvailableChunk(
-                tool_call_id=part.tool_call_id,
-                tool_name=name,
-                input=value,
-                provider_executed=part.provider_executed,
-                provider_metadata=part.provider_metadata,
-                dynamic=dynamic,
-            )
+        fields: dict[str, Any] = {"tool_call_id": part.tool_call_id, "tool_name": name, "input": value}
+        fields |= {"provider_executed": part.provider_executed, "provider_metadata": part.provider_metadata}
+        chunk: uc.UIMessageChunk = (
+            uc.ToolInputAvailableChunk(**fields, dynamic=dynamic)
+            if error is None
+            else uc.ToolInputErrorChunk(**fields, dynamic=True, error_text=self._on_error(error))
+        )
         self._state.tool_calls[part.tool_call_id] = ToolCallInfo(
             tool_name=name,
             input=value,
@@ -319,22 +307,14 @@ class StreamTranslator:
     def _synthetic_pair(
         self, call_id: str, tool_name: str, input: Any, output: Any, metadata: Any
     ) -> list[uc.UIMessageChunk]:
-        call = uc.ToolInputAvailableChunk(
-            tool_call_id=call_id,
-            tool_name=tool_name,
-            input=input,
-            provider_executed=True,
-            provider_metadata=metadata,
-            dynamic=True,
-        )
-        result = uc.ToolOutputAvailableChunk(
-            tool_call_id=call_id,
-            output=output,
-            provider_executed=True,
-            provider_metadata=metadata,
-            dynamic=True,
-        )
-        return self._content(call, result)
+        fields: dict[str, Any] = {
+            "tool_call_id": call_id,
+            "provider_executed": True,
+            "provider_metadata": metadata,
+            "dynamic": True,
+        }
+        call = uc.ToolInputAvailableChunk(tool_name=tool_name, input=input, **fields)
+        return self._content(call, uc.ToolOutputAvailableChunk(output=output, **fields))
 
     def _file_change(self, part: hp.FileChangePart) -> list[uc.UIMessageChunk]:
         value = {"event": part.event, "path": part.path}

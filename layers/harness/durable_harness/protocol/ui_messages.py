@@ -275,21 +275,21 @@ def _complete(part: _ToolPartFields) -> bool:  # ignoreIncompleteToolCalls keeps
 
 
 def _user_content(parts: list[UIPart], convert_data_part: ConvertDataPart | None) -> list[mm.UserContent]:
-    content: list[mm.UserContent] = []
-    for part in parts:
-        if isinstance(part, TextUIPart):
-            content.append(mm.TextPart(text=part.text, provider_options=part.provider_metadata))
-        elif isinstance(part, FileUIPart):
-            content.append(_file_part(part, url_href(part.url)))
-        elif isinstance(part, DataUIPart) and convert_data_part is not None:
-            converted = convert_data_part(part)
-            if converted is not None:
-                content.append(converted)
-    return content
+    return [item for part in parts for item in _shared_content(part, convert_data_part)]
 
 
-def _file_part(part: FileUIPart, url: str) -> mm.FilePart:
-    data: mm.FileData = mm.FileUrlData(url=url)
+def _shared_content(part: UIPart, convert: ConvertDataPart | None) -> list[mm.TextPart | mm.FilePart]:
+    """The model content of a text, file or (converted) data part, in a message of either role."""
+    if isinstance(part, TextUIPart):
+        return [mm.TextPart(text=part.text, provider_options=part.provider_metadata)]
+    if isinstance(part, FileUIPart):
+        return [_file_part(part)]
+    converted = convert(part) if isinstance(part, DataUIPart) and convert is not None else None
+    return [converted] if converted is not None else []
+
+
+def _file_part(part: FileUIPart) -> mm.FilePart:
+    data: mm.FileData = mm.FileUrlData(url=url_href(part.url))
     if part.provider_reference is not None:
         data = mm.FileReferenceData(reference=part.provider_reference)
     media_type, options = part.media_type, part.provider_metadata
@@ -308,23 +308,18 @@ def _convert_block(block: list[UIPart], out: list[mm.ModelMessage], convert: Con
         return
     content: list[mm.AssistantContent] = []
     for part in block:
-        if isinstance(part, TextUIPart):
-            content.append(mm.TextPart(text=part.text, provider_options=part.provider_metadata))
-        elif isinstance(part, ReasoningUIPart):
+        if isinstance(part, ReasoningUIPart):
             content.append(mm.ReasoningPart(text=part.text, provider_options=part.provider_metadata))
-        elif isinstance(part, FileUIPart):
-            content.append(_file_part(part, url_href(part.url)))
         elif isinstance(part, ReasoningFileUIPart):
             data, po = mm.FileUrlData(url=url_href(part.url)), part.provider_metadata
             content.append(mm.ReasoningFilePart(media_type=part.media_type, data=data, provider_options=po))
         elif isinstance(part, CustomUIPart):
             content.append(mm.CustomPart(kind=part.kind, provider_options=part.provider_metadata))
-        elif isinstance(part, DataUIPart):
-            converted = convert(part) if convert is not None else None
-            if converted is not None:
-                content.append(converted)
-        elif isinstance(part, _ToolPartFields) and part.state != "input-streaming":
-            content.extend(_assistant_tool_parts(part))
+        elif isinstance(part, _ToolPartFields):
+            if part.state != "input-streaming":
+                content.extend(_assistant_tool_parts(part))
+        else:
+            content.extend(_shared_content(part, convert))
     if content:
         out.append(mm.AssistantMessage(content=content))
     tool_content = [item for part in block if _is_tool(part) for item in _tool_message_parts(part)]

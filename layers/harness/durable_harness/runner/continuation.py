@@ -11,6 +11,7 @@ unanswered, so the tool never runs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 
 from ..approvals import ApprovalSecret, canonical_json
 from ..errors import FencedError, InvalidRequestError, RunNotFoundError, ToolError
@@ -33,17 +34,16 @@ def pending_answers(messages: list[ModelMessage]) -> list[AnsweredApproval]:
         raise InvalidRequestError(f"Invalid approval: {exc}.", code="unknown_approval") from exc
 
 
+@dataclass(eq=False)
 class ContinuationResolver:
     """Finds the paused run a continuation answers and verifies its answers."""
 
-    def __init__(
-        self, store: CheckpointStore, ledger: ApprovalLedger, secret: ApprovalSecret, *, agent_id: str | None = None
-    ) -> None:
-        """``agent_id``: the runner's agent; another agent's paused run is a 409 (``OtherAgentError``)."""
-        self.store = store
-        self.ledger = ledger
-        self.secret = secret
-        self.agent_id = agent_id
+    store: CheckpointStore
+    ledger: ApprovalLedger
+    secret: ApprovalSecret
+    _: KW_ONLY
+    agent_id: str | None = None
+    """The runner's agent: another agent's paused run is a 409 (``OtherAgentError``)."""
 
     def from_messages(
         self, messages: list[ModelMessage], *, principal: str | None, message_id: str, run_id: str

@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Coroutine
 from contextlib import suppress
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Literal, TypeVar
 
 from ..errors import FencedError, OtherAgentError, RetryableError, RunNotFoundError, StorageError
@@ -48,39 +49,31 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+@dataclass(eq=False)
 class LocalOrchestrator:
     """Drives runs as asyncio tasks in this process (local mode and tests)."""
 
-    def __init__(
-        self,
-        runner: Runner,
-        *,
-        slice_seconds: float | None = 600.0,
-        max_attempts: int = 3,
-        retry_delay: float = 0.2,
-        backoff_rate: float = 2.0,
-        max_retry_delay: float = 5.0,
-        leases: RunLeases | None = None,
-        lease_seconds: float = 15.0,
-        health: StorageHealth | None = None,
-        timers: RunTimers | None = None,
-    ) -> None:
-        self.runner = runner
-        self.timers = timers
-        self.slice_seconds = slice_seconds
-        self.max_attempts = max_attempts
-        self.retry_delay = retry_delay
-        self.backoff_rate = backoff_rate
-        self.max_retry_delay = max_retry_delay
-        self.keeper = (
-            LeaseKeeper(leases, seconds=lease_seconds, agent_id=runner.agent_id) if leases is not None else None
-        )
-        self.health = health
-        self._tasks: dict[str, asyncio.Task[RunState | None]] = {}
-        self._watchdog: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[Any]] = set()
-        self._alarms: dict[str, asyncio.Task[None]] = {}
-        self._timed: set[str] = set()  # runs with a row in the timer table
+    runner: Runner
+    _: KW_ONLY
+    slice_seconds: float | None = 600.0
+    max_attempts: int = 3
+    retry_delay: float = 0.2
+    backoff_rate: float = 2.0
+    max_retry_delay: float = 5.0
+    leases: InitVar[RunLeases | None] = None
+    lease_seconds: InitVar[float] = 15.0
+    health: StorageHealth | None = None
+    timers: RunTimers | None = None
+    keeper: LeaseKeeper | None = field(init=False)
+    _tasks: dict[str, asyncio.Task[RunState | None]] = field(default_factory=dict, init=False)
+    _watchdog: asyncio.Task[None] | None = field(default=None, init=False)
+    _background: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
+    _alarms: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    _timed: set[str] = field(default_factory=set, init=False)  # runs with a row in the timer table
+
+    def __post_init__(self, leases: RunLeases | None, lease_seconds: float) -> None:
+        agent_id = self.runner.agent_id
+        self.keeper = LeaseKeeper(leases, seconds=lease_seconds, agent_id=agent_id) if leases is not None else None
 
     # --- the Orchestrator port --------------------------------------------------------------------
 

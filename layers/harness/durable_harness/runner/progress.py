@@ -14,6 +14,7 @@ however long it takes; ``grace=0`` writes every checkpoint at once.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..chunks.writer import ChunkWriter
@@ -26,29 +27,23 @@ from .state import RunState, StreamContext
 __all__ = ["SliceProgress"]
 
 
+@dataclass(eq=False)
 class SliceProgress:
     """The checkpoint writes of one slice of ``state``, from the claimed record ``cp`` on."""
 
-    def __init__(
-        self,
-        store: CheckpointStore,
-        cp: StoredRun,
-        state: RunState,
-        translator: StreamTranslator,
-        writer: ChunkWriter,
-        *,
-        grace: float | None,
-    ) -> None:
-        """Write ``state`` to ``store`` with the chunks of ``writer``; ``grace`` as in the module."""
-        self.store = store
-        self.cp = cp
-        self.state = state
-        self.translator = translator
-        self.writer = writer
-        self.grace = grace
-        self._encoder = StateEncoder()  # a checkpoint costs what changed since the last one
-        self._held: asyncio.Task[None] | None = None
-        self._writing = False  # the held checkpoint's timer fired: its write may be under way
+    store: CheckpointStore
+    cp: StoredRun
+    state: RunState
+    translator: StreamTranslator
+    writer: ChunkWriter
+    """Its chunks are made durable with each checkpoint of ``state``."""
+    _: KW_ONLY
+    grace: float | None
+    """As in the module docstring."""
+    # A checkpoint costs what changed since the last one.
+    _encoder: StateEncoder = field(default_factory=StateEncoder, init=False)
+    _held: asyncio.Task[None] | None = field(default=None, init=False)
+    _writing: bool = field(default=False, init=False)  # the held checkpoint's timer fired: its write may be under way
 
     async def save(self, turn: Any) -> None:
         """Make the chunks so far durable together with the harness's state ``turn``, now."""

@@ -36,7 +36,6 @@ def write_chunks(writer: ChunkWriter, tail: list[str] | None, chunks: Sequence[U
         writer.write(encoded)
 
 
-
 async def replayed_tail(log: ChunkLog, options: HarnessOptions, state: RunState, count: int) -> list[str] | None:
     """What a dead slice appended after the checkpoint, when the harness replays it exactly
     (``replays_tail``): matched, not sent again. None: nothing to match (or no such harness)."""

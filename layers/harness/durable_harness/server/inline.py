@@ -41,6 +41,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from ..agent.control import retry_delay
 from ..errors import FatalError, FencedError
@@ -75,8 +76,10 @@ class _Start:
         """False once the slice is over and the run needs no driver (it ended, or was taken over)."""
 
 
+@dataclass(eq=False)
 class InlineSlices:
-    """Runs the first slice of new chat runs in this process (see the module docstring).
+    """Runs the first slice of new chat runs with ``runner`` in this process, handing them over
+    through ``handover`` (see the module docstring).
 
     ``budget_seconds`` is the slice's time budget (it ends at the first step boundary after it).
     ``on_slice(before, state)`` is told of the slice's outcome (deployed: the lifecycle events a
@@ -85,28 +88,16 @@ class InlineSlices:
     (see the module docstring); both may be changed on the instance (tests make them short).
     """
 
-    def __init__(
-        self,
-        runner: Runner,
-        handover: SliceHandover,
-        signal: CommitSignal,
-        *,
-        budget_seconds: float,
-        on_slice: Callable[[str, RunState], None] | None = None,
-        start_window: float = 60.0,
-        backoff: Callable[[int], float] = start_backoff,
-        start_after: float = 1.0,
-    ) -> None:
-        """Run first slices with ``runner``, hand them over through ``handover``."""
-        self.runner = runner
-        self.handover = handover
-        self.signal = signal
-        self.budget_seconds = budget_seconds
-        self.on_slice = on_slice
-        self.start_window = start_window
-        self.backoff = backoff
-        self.start_after = start_after
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+    runner: Runner
+    handover: SliceHandover
+    signal: CommitSignal
+    _: KW_ONLY
+    budget_seconds: float
+    on_slice: Callable[[str, RunState], None] | None = None
+    start_window: float = 60.0
+    backoff: Callable[[int], float] = start_backoff
+    start_after: float = 1.0
+    _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
 
     def begin(self, state: RunState, *, public_url: str | None = None) -> None:
         """Start the run's driver and its first slice here (needs a running loop); ``public_url``

@@ -18,20 +18,22 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
     return {"required": True, "content": _json(schema)}
 
 
+def _object(required: list[str], properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """An object schema with the ``required`` keys of its ``properties`` (then ``extra`` keywords)."""
+    return {"type": "object", "required": required, "properties": properties, **extra}
+
+
+def _param(name: str, where: str, schema: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A parameter ``name`` in the ``where`` (``path``, ``query``) of a request; a path one is required."""
+    return {"name": name, "in": where, **({"required": True} if where == "path" else {}), **extra, "schema": schema}
+
+
 _RUN_ID = {"type": "string", "pattern": "^wrun_[0-9a-z]{26}$", "description": "A run id (from x-workflow-run-id)."}
 _ERROR = {
     "description": "An error; `code` names it, `message` says what to fix.",
-    "content": _json({
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message"],
-                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-            }
-        },
-    }),
+    "content": _json(_object(["error"], {
+        "error": _object(["code", "message"], {"code": {"type": "string"}, "message": {"type": "string"}}),
+    })),
 }  # fmt: skip
 _SSE = {
     "description": "The run's UI message chunks as server-sent events, ending with `finish` (then `[DONE]`).",
@@ -47,12 +49,11 @@ _UNAVAILABLE = {
     "headers": {"Retry-After": {"schema": {"type": "integer"}}},
 }
 _ERRORS = {**{str(code): _ERROR for code in (400, 401, 404, 405, 409, 413)}, "503": _UNAVAILABLE}
-_PATH_RUN = [{"name": "runId", "in": "path", "required": True, "schema": _RUN_ID}]
-_PATH_RUN_OR_CHAT = [{
-    "name": "runId", "in": "path", "required": True,
-    "description": "A run id, or a chat id (the `id` of its POSTs): the chat's latest run while it is in progress.",
-    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_CHAT_ID},
-}]  # fmt: skip
+_PATH_RUN = [_param("runId", "path", _RUN_ID)]
+_PATH_RUN_OR_CHAT = [_param(
+    "runId", "path", {"type": "string", "minLength": 1, "maxLength": MAX_CHAT_ID},
+    description="A run id, or a chat id (the `id` of its POSTs): the chat's latest run while it is in progress.",
+)]  # fmt: skip
 _UI_MESSAGE = {
     "type": "object",
     "description": "An AI SDK UIMessage.",
@@ -66,60 +67,36 @@ _UI_MESSAGE = {
     },
 }  # fmt: skip
 _JSON_OBJECT = _json({"type": "object"})
-_EVENT_NAME = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"},
-}
+_EVENT_NAME = _param("name", "path", {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"})
 _EVENT_BODY = _body({"description": "Any JSON, at most 256 KB."})
 _DELIVERED = {
     "description": "Recorded: `outcome` is `resumed` (the run waited for it) or `kept`; a duplicate is a 409 "
     "with the first delivery's outcome.",
     "content": _JSON_OBJECT,
 }
+_STRING = {"type": "string"}
+_STATUS_FILTER = "Comma-separated run statuses (`finished`, `failed`, ...) or groups (`running`, `waiting`)."
 _LIST_PARAMETERS = [
-    {
-        "name": "status",
-        "in": "query",
-        "description": "Comma-separated run statuses (`finished`, `failed`, ...) or groups (`running`, `waiting`).",
-        "schema": {"type": "string"},
-    },
-    {"name": "chat", "in": "query", "description": "Only the runs of this chat id.", "schema": {"type": "string"}},
-    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 25}},
-    {
-        "name": "cursor",
-        "in": "query",
-        "description": "The `nextCursor` of the previous page (opaque).",
-        "schema": {"type": "string"},
-    },
+    _param("status", "query", _STRING, description=_STATUS_FILTER),
+    _param("chat", "query", _STRING, description="Only the runs of this chat id."),
+    _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 25}),
+    _param("cursor", "query", _STRING, description="The `nextCursor` of the previous page (opaque)."),
 ]
-_RUN_LIST = _json({
-    "type": "object",
-    "required": ["runs", "nextCursor"],
-    "properties": {
-        "runs": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["runId", "status", "createdAt", "chatId"],
-                "properties": {
-                    "runId": _RUN_ID,
-                    "status": {"type": "string"},
-                    "createdAt": {"type": "string", "description": "ISO 8601, UTC."},
-                    "chatId": {"type": ["string", "null"]},
-                    "agent": {"type": "string"},
-                },
-            },
-        },
-        "nextCursor": {"type": ["string", "null"], "description": "The next page's cursor; null: the last."},
-    },
-})  # fmt: skip
-_USAGE = {
-    "type": "object",
-    "required": ["inputTokens", "outputTokens", "totalTokens"],
-    "properties": {k: {"type": "integer"} for k in ("inputTokens", "outputTokens", "totalTokens")},
-}
+_RUN_LIST = _json(_object(["runs", "nextCursor"], {
+    "runs": {"type": "array", "items": _object(["runId", "status", "createdAt", "chatId"], {
+        "runId": _RUN_ID,
+        "status": {"type": "string"},
+        "createdAt": {"type": "string", "description": "ISO 8601, UTC."},
+        "chatId": {"type": ["string", "null"]},
+        "agent": {"type": "string"},
+    })},
+    "nextCursor": {"type": ["string", "null"], "description": "The next page's cursor; null: the last."},
+}))  # fmt: skip
+_ANSWER = _object(
+    ["approvalId", "approved"], {"approvalId": _STRING, "approved": {"type": "boolean"}, "reason": _STRING}
+)
+_TOKENS = ["inputTokens", "outputTokens", "totalTokens"]
+_USAGE = _object(_TOKENS, {k: {"type": "integer"} for k in _TOKENS})
 _RESULT = _json({
     "type": "object",
     "required": ["runId", "status", "text", "finishReason", "totalUsage", "steps", "responseMessages"],
@@ -130,21 +107,15 @@ _RESULT = _json({
         "output": {"description": "The structured output, when the agent has one."},
         "finishReason": {"type": "string"},
         "totalUsage": _USAGE,
-        "steps": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["stepNumber", "finishReason", "usage", "text", "toolCalls", "toolResults"],
-                "properties": {
-                    "stepNumber": {"type": "integer"},
-                    "finishReason": {"type": "string"},
-                    "usage": _USAGE,
-                    "text": {"type": "string"},
-                    "toolCalls": {"type": "array", "items": {"type": "object"}},
-                    "toolResults": {"type": "array", "items": {"type": "object"}},
-                },
-            },
-        },
+        "steps": {"type": "array", "items": _object(
+            ["stepNumber", "finishReason", "usage", "text", "toolCalls", "toolResults"], {
+                "stepNumber": {"type": "integer"},
+                "finishReason": {"type": "string"},
+                "usage": _USAGE,
+                "text": {"type": "string"},
+                "toolCalls": {"type": "array", "items": {"type": "object"}},
+                "toolResults": {"type": "array", "items": {"type": "object"}},
+            })},
         "responseMessages": {"type": "array", "items": {"type": "object"}, "description": "ModelMessage[]"},
         "pendingApprovals": {"type": "array", "items": {"type": "object"}},
         "error": {"type": "string"},
@@ -200,7 +171,7 @@ def openapi_document() -> dict[str, Any]:
                     "by chat id, the stream of the chat's run in progress.",
                     "parameters": [
                         *_PATH_RUN_OR_CHAT,
-                        {"name": "startIndex", "in": "query", "required": False, "schema": {"type": "integer"}},
+                        _param("startIndex", "query", {"type": "integer"}, required=False),
                     ],
                     "responses": {
                         "200": _SSE,
@@ -246,26 +217,7 @@ def openapi_document() -> dict[str, Any]:
                 "post": {
                     "summary": "Answer a paused run's approvals; starts the continuation run.",
                     "parameters": _PATH_RUN,
-                    "requestBody": _body(
-                        {
-                            "type": "object",
-                            "required": ["approvals"],
-                            "properties": {
-                                "approvals": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["approvalId", "approved"],
-                                        "properties": {
-                                            "approvalId": {"type": "string"},
-                                            "approved": {"type": "boolean"},
-                                            "reason": {"type": "string"},
-                                        },
-                                    },
-                                }
-                            },
-                        }
-                    ),
+                    "requestBody": _body(_object(["approvals"], {"approvals": {"type": "array", "items": _ANSWER}})),
                     "responses": {"202": {"description": "The continuation run.", "content": _JSON_OBJECT}, **_ERRORS},
                 }
             },
@@ -281,7 +233,7 @@ def openapi_document() -> dict[str, Any]:
                 "post": {
                     "summary": "Deliver an event through the signed URL a tool handed out (no other credentials).",
                     "security": [],
-                    "parameters": [{"name": "token", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "parameters": [_param("token", "path", _STRING)],
                     "requestBody": _EVENT_BODY,
                     "responses": {"202": _DELIVERED, **_ERRORS, "410": _ERROR},
                 }

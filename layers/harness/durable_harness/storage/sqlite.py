@@ -33,7 +33,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ..checkpoints.base import BaseCheckpointStore, Current, VersionConflict
@@ -307,12 +306,7 @@ class SqliteCheckpointStore(BaseCheckpointStore, TimerTable):
         """Use the store as a context manager that closes it on exit."""
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Close the store."""
         self.close()
 

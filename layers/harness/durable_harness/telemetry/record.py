@@ -128,6 +128,16 @@ class AgentInfo:
         """``gen_ai.request.model``: the model spec without its provider."""
         return None if self.model is None else self.model.partition(":")[2] or self.model
 
+    def attributes(self, operation: str) -> dict[str, AttributeValue]:
+        """The ``gen_ai`` attributes of an ``operation`` of this harness: its provider and model."""
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": self.provider,
+        }
+        if self.request_model:
+            attributes["gen_ai.request.model"] = self.request_model
+        return attributes
+
 
 class SliceRecorder:
     """Turns one slice's events into a :class:`SliceRecord` (see the module docstring).
@@ -143,17 +153,13 @@ class SliceRecorder:
         self._slice = state.slices
         now = clock()
         self._started = now
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.provider.name": agent.provider,
+        attributes = agent.attributes("invoke_agent") | {
             "gen_ai.agent.name": agent.name,
             "gen_ai.conversation.id": state.session_id,
             "durable_harness.run.id": state.run_id,
             "durable_harness.run.origin": state.origin,
             "durable_harness.slice.number": state.slices,
         }
-        if agent.request_model:
-            attributes["gen_ai.request.model"] = agent.request_model
         if state.continuation is not None:  # a run that answers a paused run's approvals
             attributes["durable_harness.run.continues"] = state.continuation.paused_run_id
         self.root = SpanRecord("slice", f"invoke_agent {agent.name}", now, attributes=attributes)
@@ -266,14 +272,8 @@ class SliceRecorder:
         if self._model is None:
             # The first model call of a step waits from the step's start; a retry from the failure.
             start = self._model_ended or step.start_ns
-            attributes: dict[str, AttributeValue] = {
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": self._agent.provider,
-            }
-            if self._agent.request_model:
-                attributes["gen_ai.request.model"] = self._agent.request_model
             name = f"chat {self._agent.request_model or 'model'}"
-            self._model = SpanRecord("model", name, start, attributes=attributes)
+            self._model = SpanRecord("model", name, start, attributes=self._agent.attributes("chat"))
             step.children.append(self._model)
         self._model_last = now
         if isinstance(part, hp.StreamStartPart) and part.model_id:
@@ -306,8 +306,7 @@ class SliceRecorder:
         step.children.append(span)
         self._tools[call_id] = span
         self._names[call_id] = name
-        counters = self._counters()
-        counters.tool_calls += 1
+        self._counters().tool_calls += 1
         return span
 
     def _tool_for(self, step: SpanRecord, call_id: str, name: str | None) -> SpanRecord:
@@ -385,16 +384,12 @@ class SliceRecorder:
             self._step.error = failure
             self._step = None
         waiting = len(state.pending_approvals) if state.status == "awaiting_tool_approval" else 0
-        totals = ModelCounters()
-        for c in self.counters.values():
-            totals.input_tokens += c.input_tokens
-            totals.output_tokens += c.output_tokens
         self.root.attributes |= {
             "durable_harness.run.status": state.status,
             "durable_harness.slice.steps": self._steps,
             "durable_harness.approvals.waiting": waiting,
-            "gen_ai.usage.input_tokens": totals.input_tokens,
-            "gen_ai.usage.output_tokens": totals.output_tokens,
+            "gen_ai.usage.input_tokens": sum(c.input_tokens for c in self.counters.values()),
+            "gen_ai.usage.output_tokens": sum(c.output_tokens for c in self.counters.values()),
         }
         self.root.error = failure
         self.root.end_ns = now

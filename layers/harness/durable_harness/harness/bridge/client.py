@@ -319,4 +319,3 @@ async def _launch(
         tail = (folder / "bridge.log").read_text(errors="replace")[-2000:] if folder.exists() else ""
         raise BridgeError(f"the bridge for session {session_id} did not start: {tail.strip() or 'no output'}")
     return BridgeConnection(record.url, secret, session_id, pid=proc.pid)
-

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic.alias_generators import to_camel
+
 from ..programs import kill_group, process_start_time
 
 REGISTRY_VERSION = 1
@@ -44,7 +46,7 @@ class BridgeRecord:
     def to_json(self) -> dict[str, Any]:
         """The record as written (camelCase keys, with the format version)."""
         raw = asdict(self)
-        return {"version": REGISTRY_VERSION, **{_camel(k): v for k, v in raw.items()}}
+        return {"version": REGISTRY_VERSION, **{to_camel(k): v for k, v in raw.items()}}
 
     @classmethod
     def from_json(cls, raw: Any) -> BridgeRecord | None:
@@ -52,7 +54,7 @@ class BridgeRecord:
         if not isinstance(raw, dict) or raw.get("version") != REGISTRY_VERSION:
             return None
         try:
-            return cls(**{name: raw[_camel(name)] for name in cls.__dataclass_fields__ if _camel(name) in raw})
+            return cls(**{name: raw[to_camel(name)] for name in cls.__dataclass_fields__ if to_camel(name) in raw})
         except TypeError:
             return None
 
@@ -60,11 +62,6 @@ class BridgeRecord:
     def url(self) -> str:
         """The bridge's base URL."""
         return f"http://{self.host}:{self.port}"
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 def bridges_dir(data_dir: str | Path) -> Path:

@@ -144,7 +144,7 @@ def check_session_runtime(environ: Mapping[str, str] | None = None) -> None:
     if env.get("AWS_LAMBDA_FUNCTION_NAME") and session_runtime(env) == "none":
         raise AgentConfigError(
             'ProcessHarness(session="persistent") needs a session runtime when deployed: '
-            "deploy with the SessionRuntime parameter set to agentcore, or use session=\"slice\""
+            'deploy with the SessionRuntime parameter set to agentcore, or use session="slice"'
         )
 
 
