@@ -59,8 +59,19 @@ export function bridgePids(server) {
   const folder = path.join(server.dataDir, 'sessions', 'bridges');
   if (!existsSync(folder)) return [];
   return readdirSync(folder).filter((f) => f.endsWith('.json'))
-    .map((f) => JSON.parse(readFileSync(path.join(folder, f), 'utf8')).pid)
-    .filter(alive);
+    .map((f) => recordedPid(path.join(folder, f)))
+    .filter((pid) => pid !== null && alive(pid));
+}
+
+/** The pid a bridge's record names, or null when the record went between the folder's listing and
+ * this read: a bridge removes its record as it ends (records are written atomically, by rename). */
+function recordedPid(file) {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')).pid;
+  } catch (error) {
+    if (error.code === 'ENOENT') return null;
+    throw error;
+  }
 }
 
 /** End every session bridge of the server (SIGTERM: the bridge destroys its program) and wait for them. */
