@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import machine, table
-from _run_all import read_rows, scripts
+from _run_all import add_selection, read_rows, selected
 from _targets import RESULTS_ENV, TARGETS
 
 HEAD = Path(__file__).resolve().parents[1]
@@ -177,17 +177,12 @@ def main() -> None:
     """Run every script in both trees, alternating, then print the table side by side."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the git revision compared with this tree")
-    parser.add_argument("--only", default="", help="comma-separated script names (without .py) to run")
-    parser.add_argument("--skip", default="", help="comma-separated script names (without .py) to skip")
+    add_selection(parser)
     parser.add_argument("--band", type=float, default=BAND, help="the noise band, a fraction of the base figure")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each script per tree (median, range)")
     parser.add_argument("--sam", type=Path, default=HEAD / ".venv-sam/bin/sam", help="the SAM CLI for the base build")
     args = parser.parse_args()
-    names = {n.strip().removesuffix(".py") for n in args.only.split(",") if n.strip()}
-    skipped = {n.strip().removesuffix(".py") for n in args.skip.split(",") if n.strip()}
-    todo = scripts(names, skipped)
-    if not todo:
-        sys.exit(f"no benchmark script matches --only {args.only!r} / --skip {args.skip!r}")
+    todo = selected(args)
     rev = git("rev-parse", "--short", args.base)
     head_rev = git("rev-parse", "--short", "HEAD") + (" + uncommitted changes" if git("status", "--porcelain") else "")
 

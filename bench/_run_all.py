@@ -85,17 +85,27 @@ def summary(rows: list[dict[str, Any]], failed: dict[str, int], peers: dict[str,
     return text, met, missed
 
 
-def main() -> None:
-    """Run the scripts and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_selection(parser: argparse.ArgumentParser) -> None:
+    """The ``--only`` / ``--skip`` options that :func:`selected` reads."""
     parser.add_argument("--only", default="", help="comma-separated script names (without .py) to run")
     parser.add_argument("--skip", default="", help="comma-separated script names (without .py) to skip")
-    args = parser.parse_args()
+
+
+def selected(args: argparse.Namespace) -> list[Path]:
+    """The scripts ``--only`` / ``--skip`` select; exits saying so when none is left."""
     names = {n.strip().removesuffix(".py") for n in args.only.split(",") if n.strip()}
     skipped = {n.strip().removesuffix(".py") for n in args.skip.split(",") if n.strip()}
     todo = scripts(names, skipped)
     if not todo:
         sys.exit(f"no benchmark script matches --only {args.only!r} / --skip {args.skip!r}")
+    return todo
+
+
+def main() -> None:
+    """Run the scripts and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_selection(parser)
+    todo = selected(parser.parse_args())
 
     failed: dict[str, int] = {}
     timings: list[list[Any]] = []
